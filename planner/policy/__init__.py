@@ -1,6 +1,39 @@
 """The one policy interface (see planner/policy/base.py) and its backends."""
 
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
 from planner.policy.base import Policy
 from planner.policy.types import ComputeStats, Sample, SamplingParams
 
-__all__ = ["Policy", "Sample", "SamplingParams", "ComputeStats"]
+BACKENDS = ("hf", "vllm")
+
+
+def load_policy(model_path: str | os.PathLike, backend: str = "hf", dtype: str = "float32", seed: int = 0,
+                **backend_kwargs) -> Policy:
+    """Load a model folder (a Hugging Face `save_pretrained` folder) behind the policy interface.
+
+    backend: "hf" (transformers, the reference) or "vllm" (an in-process vLLM engine with prefix caching).
+    dtype: "float32" (backends agree to ~1e-5 in log-probability), "bfloat16" or "float16".
+    Extra keyword arguments go to the backend (HFPolicy: device, max_batch_size, threads;
+    VLLMPolicy: kv_cache_fraction, enforce_eager, max_model_len, threads, weight_sync).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype must be 'float32', 'bfloat16' or 'float16'; got {dtype!r}")
+    path = Path(model_path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no model folder at {str(path)!r} (expected a config.json there): pass a "
+                                "save_pretrained folder, e.g. planner.policy.local_models.build_tiny_llama(dir) "
+                                "or smollm2_folder()")
+    if backend == "hf":
+        from planner.policy.hf import HFPolicy
+        return HFPolicy(str(path), dtype=dtype, seed=seed, **backend_kwargs)
+    from planner.policy.vllm_backend import VLLMPolicy
+    return VLLMPolicy(str(path), dtype=dtype, seed=seed, **backend_kwargs)
+
+
+__all__ = ["Policy", "Sample", "SamplingParams", "ComputeStats", "load_policy", "BACKENDS"]

@@ -1,0 +1,137 @@
+"""The transformers backend: the reference implementation of the policy interface (CPU or GPU).
+
+A plain batched sampling loop over a KV cache, written out so that every detail the learner relies
+on is explicit: the behaviour log-probability of each sampled token is the raw (temperature 1)
+log-softmax, stop strings end a step at the first token whose decoded text completes one (the same
+rule vLLM applies), and finished rows leave the batch so short steps do not pay for long ones.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from planner.policy.base import NamedTensors, Policy
+from planner.policy.types import Sample, SamplingParams
+
+PAD_POSITION = 0
+
+
+class HFPolicy(Policy):
+    backend = "hf"
+
+    def __init__(self, model_path: str, *, dtype: str = "float32", device: str | None = None, seed: int = 0,
+                 max_batch_size: int = 256, threads: int | None = None, model=None, tokenizer=None) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        super().__init__(seed)
+        if threads is not None:
+            torch.set_num_threads(threads)
+        self.model_path = str(model_path)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_path)
+        self.model = model or AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self.model.to(self.device).eval()
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())
+        self.max_batch_size = max_batch_size
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        eos = gen_eos if gen_eos is not None else self.tokenizer.eos_token_id
+        self._eos = set(eos) if isinstance(eos, list) else {eos} if eos is not None else set()
+        self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        return set(self._eos)
+
+    def load_weights(self, named_tensors: NamedTensors) -> None:
+        items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
+        state = self.model.state_dict()
+        with torch.no_grad():
+            for name, tensor in items:
+                if name not in state:
+                    raise KeyError(f"load_weights: the model has no parameter {name!r}; "
+                                   f"names look like {next(iter(state))!r}")
+                state[name].copy_(tensor.to(state[name].device, state[name].dtype))
+
+    def _generate(self, prompts, params, seed):
+        generator = torch.Generator().manual_seed(seed)  # on the CPU: same stream on every device
+        rows = [p for p in prompts for _ in range(params.n)]
+        samples: list[Sample] = []
+        for start in range(0, len(rows), self.max_batch_size):
+            samples += self._generate_batch(rows[start:start + self.max_batch_size], params, generator)
+        grouped = [samples[i * params.n:(i + 1) * params.n] for i in range(len(prompts))]
+        return grouped, 0
+
+    @torch.no_grad()
+    def _generate_batch(self, rows: list[list[int]], params: SamplingParams, generator) -> list[Sample]:
+        B, L = len(rows), max(len(r) for r in rows)
+        input_ids = torch.full((B, L), self._pad, dtype=torch.long)
+        attention = torch.zeros((B, L), dtype=torch.long)
+        for i, r in enumerate(rows):  # left padding: every row's next token sits at column L
+            input_ids[i, L - len(r):] = torch.tensor(r)
+            attention[i, L - len(r):] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=PAD_POSITION)  # (B, L)
+
+        from transformers import DynamicCache
+        cache = DynamicCache()
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                         past_key_values=cache, use_cache=True)
+        logits = out.logits[:, -1, :].float()  # (B, V)
+        next_position = positions[:, -1] + 1  # (B,)
+
+        token_ids: list[list[int]] = [[] for _ in range(B)]
+        logprobs: list[list[float]] = [[] for _ in range(B)]
+        finish: list[str | None] = [None] * B
+        active = list(range(B))  # row index (into the original batch) of each live batch row
+        for _ in range(params.max_tokens):
+            chosen, chosen_logp = _sample(logits, params, generator)  # (b,), (b,)
+            keep = []
+            for j, row in enumerate(active):
+                tok = int(chosen[j])
+                token_ids[row].append(tok)
+                logprobs[row].append(float(chosen_logp[j]))
+                if tok in self._eos and not params.ignore_eos:
+                    finish[row] = "stop"
+                elif params.stop and _hits_stop(self.tokenizer, token_ids[row], params.stop):
+                    finish[row] = "step"
+                elif len(token_ids[row]) >= params.max_tokens:
+                    finish[row] = "length"
+                else:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(active):  # drop finished rows from the batch and the cache
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                attention, next_position, chosen = attention[index], next_position[index], chosen[index]
+                active = [active[j] for j in keep]
+            attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
+            out = self.model(input_ids=chosen[:, None], attention_mask=attention,
+                             position_ids=next_position[:, None], past_key_values=cache, use_cache=True)
+            logits = out.logits[:, -1, :].float()
+            next_position = next_position + 1
+        return [Sample(token_ids=token_ids[i], logprobs=logprobs[i], text=self.decode(token_ids[i]),
+                       finish_reason=finish[i] or "length") for i in range(B)]
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; return it and its raw (temperature 1) log-probability."""
+    raw_logp = F.log_softmax(logits, dim=-1)  # (b, V)
+    if params.greedy:
+        chosen = logits.argmax(dim=-1)
+    else:
+        probs = F.softmax(logits / params.temperature, dim=-1)
+        if params.top_p < 1.0:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p  # keep the smallest head >= top_p
+            sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        chosen = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+    return chosen, raw_logp.gather(-1, chosen[:, None]).squeeze(-1)
+
+
+def _hits_stop(tokenizer, token_ids: list[int], stops: tuple[str, ...]) -> bool:
+    """True when the text decoded so far contains a stop string (it can only have just appeared)."""
+    text = tokenizer.decode(token_ids, skip_special_tokens=True)
+    return any(s in text for s in stops)

