@@ -1,0 +1,17 @@
+"""The search engine: policy backends, the search tree, strategies, scorers, budgets and solve()."""
+
+from planner.budget import Budget, ComputeRecord
+from planner.policy import ComputeStats, Policy, Sample, SamplingParams, load_policy
+from planner.scorers import AGGREGATIONS, ModelScorer, MonteCarloScorer, OutcomeScorer, Scorer, VerifierOracleScorer
+from planner.solve import Solution, solve, solve_batch
+from planner.strategies import (CONFIGS, STRATEGIES, BeamConfig, BestOfNConfig, BudgetForcingConfig, DVTSConfig,
+                                MCTSConfig, SearchResult)
+from planner.tree import NO_PARENT, ROOT, SearchTree, Trajectory
+
+__all__ = [
+    "load_policy", "Policy", "Sample", "SamplingParams", "ComputeStats",
+    "SearchTree", "Trajectory", "ROOT", "NO_PARENT",
+    "STRATEGIES", "CONFIGS", "BestOfNConfig", "BeamConfig", "DVTSConfig", "MCTSConfig", "BudgetForcingConfig",
+    "SearchResult", "Scorer", "ModelScorer", "MonteCarloScorer", "OutcomeScorer", "VerifierOracleScorer",
+    "AGGREGATIONS", "Budget", "ComputeRecord", "solve", "solve_batch", "Solution",
+]

@@ -42,7 +42,8 @@ def _scripted_policy_class():
         """A deterministic Policy whose continuations and log-probabilities come from a table.
 
         `table` maps the decoded prefix text (prompt + response so far) to a list of continuations
-        `(text, logprob_per_token, finish_reason)`; sample j of a call is continuation j (cycling).
+        `(text, logprob_per_token, finish_reason)`; successive samples of one prefix take the continuations
+        in order, cycling (the count carries over between calls).
         finish_reason "stop" appends the EOS id. With `inject_id`, every continuation starts with that
         (special) id, which decoding drops: re-encoding the text could never give the sampled ids back.
         """
@@ -56,15 +57,18 @@ def _scripted_policy_class():
             self.tokenizer = build_char_tokenizer()
             self.table, self.inject_id, self.cached_per_call = table, inject_id, cached_per_call
             self.seen_prompts: list[list[int]] = []
+            self.drawn: dict[str, int] = {}
 
         def _generate(self, prompts, params, seed):
             groups = []
             for prompt in prompts:
                 self.seen_prompts.append(list(prompt))
-                options = self.table[self.decode(prompt)]
+                key = self.decode(prompt)
+                options = self.table[key]
                 group = []
-                for j in range(params.n):
-                    text, logprob, finish = options[j % len(options)]
+                for _ in range(params.n):
+                    text, logprob, finish = options[self.drawn.get(key, 0) % len(options)]
+                    self.drawn[key] = self.drawn.get(key, 0) + 1
                     ids = ([self.inject_id] if self.inject_id is not None else []) + self.encode(text)
                     if finish == "stop":
                         ids.append(self.tokenizer.eos_token_id)
@@ -101,3 +105,18 @@ def table_scorer():
             return [self.values[self.policy.decode(p[prompt_len:])] for p in prefixes]
 
     return _TableScorer
+
+
+@pytest.fixture(scope="session")
+def check_golden():
+    """`check_golden(tree, "name.json")`: the tree equals tests/golden/name.json (UPDATE_GOLDEN=1 rewrites it)."""
+    import json
+
+    def check(tree, name: str) -> None:
+        path = Path(__file__).parent / "golden" / name
+        data = json.loads(json.dumps(tree.to_dict(), default=str))
+        if os.environ.get("UPDATE_GOLDEN"):
+            path.write_text(json.dumps(data, indent=1) + "\n")
+        assert data == json.loads(path.read_text()), f"the tree differs from the golden file {path}"
+
+    return check

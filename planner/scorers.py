@@ -1,0 +1,289 @@
+"""Scorers: the values that guide search. One contract for all of them:
+
+    scorer.score(prefixes, *, prompt_len=None, finished=None) -> list[float] in [0, 1]
+
+`prefixes` are token-id lists (prompt ids + partial response ids). `prompt_len` says where the
+response starts (needed by scorers that read the response's text); `finished[i]` says whether
+prefix i is a complete response. Every scorer keeps `stats` (a `ComputeStats`: `calls`, and the
+tokens it scored in `prompt_tokens`) and `num_parameters` for FLOP estimates (0 for scorers that
+run no model of their own). `is_oracle` marks scorers that read the reference answer: training
+only, and `planner.solve` refuses them unless `allow_oracle=True`.
+
+Step scores along a path are combined by an aggregation from `AGGREGATIONS` (search-and-learn's
+`sal/utils/score.py`: last, min, product; plus mean).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import numpy as np
+
+from planner.policy.types import ComputeStats, SamplingParams
+
+__all__ = ["Scorer", "ModelScorer", "OutcomeScorer", "MonteCarloScorer", "VerifierOracleScorer",
+           "AGGREGATIONS", "aggregate", "default_extract", "default_verify"]
+
+Extract = Callable[[str], "str | None"]
+Equivalent = Callable[[str, str], bool]
+
+
+def default_extract(text: str) -> str | None:
+    """`verifiers.math.extract_answer`, imported on first use."""
+    from verifiers.math import extract_answer
+
+    return extract_answer(text)
+
+
+def default_verify(gold: str, pred: str) -> bool:
+    """`verifiers.math.verify(gold, pred)`, imported on first use."""
+    from verifiers.math import verify
+
+    return bool(verify(gold, pred))
+
+
+# ---- step-score aggregation ---------------------------------------------------------------------
+AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
+    "last": lambda scores: float(scores[-1]),
+    "min": lambda scores: float(min(scores)),
+    "product": lambda scores: float(math.prod(scores)),
+    "mean": lambda scores: float(sum(scores) / len(scores)),
+}
+"""How a path's step scores become one value (search-and-learn: last / min / prod)."""
+
+
+def aggregate(scores: Sequence[float], how: str) -> float:
+    if how not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {sorted(AGGREGATIONS)}; got {how!r}")
+    if not scores:
+        raise ValueError("aggregate needs at least one step score")
+    return AGGREGATIONS[how](scores)
+
+
+# ---- the contract -------------------------------------------------------------------------------
+class Scorer(ABC):
+    """Maps prefixes to values in [0, 1]. Subclasses implement `_score`."""
+
+    is_oracle: bool = False
+    """True when the scorer reads the reference answer (training only)."""
+    num_parameters: int = 0
+    """Parameters of the scorer's own model, for FLOPs (0 when it runs none)."""
+
+    def __init__(self) -> None:
+        self.stats = ComputeStats()
+
+    def score(self, prefixes: Sequence[Sequence[int]], *, prompt_len: int | None = None,
+              finished: Sequence[bool] | None = None) -> list[float]:
+        prefixes = [list(map(int, p)) for p in prefixes]
+        finished = [False] * len(prefixes) if finished is None else [bool(f) for f in finished]
+        if len(finished) != len(prefixes):
+            raise ValueError(f"finished has {len(finished)} entries for {len(prefixes)} prefixes")
+        if not prefixes:
+            return []
+        start = time.perf_counter()
+        values = [float(v) for v in self._score(prefixes, prompt_len, finished)]
+        self.stats.seconds += time.perf_counter() - start
+        self.stats.calls += 1
+        self.stats.prompt_tokens += sum(len(p) for p in prefixes)
+        bad = [v for v in values if not 0.0 <= v <= 1.0]
+        if len(values) != len(prefixes) or bad:
+            raise ValueError(f"{type(self).__name__} must return one value in [0, 1] per prefix; got {values!r}")
+        return values
+
+    @abstractmethod
+    def _score(self, prefixes: list[list[int]], prompt_len: int | None, finished: list[bool]) -> list[float]:
+        """One value per prefix."""
+
+    def reset(self, seed: int) -> None:
+        """Called at the start of each search: reseed and drop per-problem caches (default: nothing)."""
+
+
+def _response(prefix: list[int], prompt_len: int | None) -> list[int]:
+    return prefix[prompt_len:] if prompt_len is not None else prefix
+
+
+# ---- a model: process reward model or value head ------------------------------------------------
+class ModelScorer(Scorer):
+    """A PRM or value critic: a causal LM with a one-label token-classification head.
+
+    The value of a prefix is the head's output at its last token, mapped to [0, 1] by `squash`:
+    "sigmoid" (the head outputs a logit, as a PRM or a critic trained with a BCE loss) or "clamp"
+    (the head regresses a value in [0, 1] directly, as a critic trained on Monte-Carlo returns).
+    `model` is a Hugging Face folder (loaded with `AutoModelForTokenClassification`, num_labels=1)
+    or an already-loaded torch module called as `model(input_ids=, attention_mask=[, position_ids=])`
+    that returns logits of shape (B, T, 1) (or an object with `.logits`).
+    """
+
+    def __init__(self, model, *, squash: Literal["sigmoid", "clamp"] = "sigmoid",
+                 padding_side: Literal["right", "left"] = "right", batch_size: int = 16,
+                 pad_token_id: int | None = None, device: str | None = None, dtype: str = "float32") -> None:
+        super().__init__()
+        import torch
+
+        if squash not in ("sigmoid", "clamp"):
+            raise ValueError(f"squash must be one of ['clamp', 'sigmoid']; got {squash!r}")
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be one of ['left', 'right']; got {padding_side!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        if isinstance(model, (str, os.PathLike)):
+            from transformers import AutoModelForTokenClassification
+
+            model = AutoModelForTokenClassification.from_pretrained(model, num_labels=1,
+                                                                    dtype=getattr(torch, dtype))
+        self.model = model.to(device) if device else model
+        self.model.eval()
+        self.device = next(self.model.parameters()).device
+        config = getattr(self.model, "config", None)
+        self.pad_token_id = pad_token_id if pad_token_id is not None else (getattr(config, "pad_token_id", None) or 0)
+        self.squash, self.padding_side, self.batch_size = squash, padding_side, batch_size
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())
+
+    def _score(self, prefixes, prompt_len, finished):
+        values = []
+        for start in range(0, len(prefixes), self.batch_size):
+            values += self._score_batch(prefixes[start:start + self.batch_size])
+        return values
+
+    def _score_batch(self, batch: list[list[int]]) -> list[float]:
+        import torch
+
+        width = max(len(p) for p in batch)
+        pad = [[self.pad_token_id] * (width - len(p)) for p in batch]
+        if self.padding_side == "right":
+            ids = [p + q for p, q in zip(batch, pad)]
+            mask = [[1] * len(p) + [0] * len(q) for p, q in zip(batch, pad)]
+        else:
+            ids = [q + p for p, q in zip(batch, pad)]
+            mask = [[0] * len(q) + [1] * len(p) for p, q in zip(batch, pad)]
+        input_ids = torch.tensor(ids, device=self.device)  # (B, T)
+        attention_mask = torch.tensor(mask, device=self.device)  # (B, T)
+        kwargs = {}
+        if self.padding_side == "left":  # positions must start at 0 at each row's first real token
+            kwargs["position_ids"] = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        logits = (out.logits if hasattr(out, "logits") else out).float()[..., 0]  # (B, T)
+        last = (torch.tensor([len(p) - 1 for p in batch], device=self.device) if self.padding_side == "right"
+                else torch.full((len(batch),), width - 1, device=self.device))
+        raw = logits[torch.arange(len(batch), device=self.device), last]  # (B,)
+        value = torch.sigmoid(raw) if self.squash == "sigmoid" else raw.clamp(0.0, 1.0)
+        return value.tolist()
+
+
+# ---- an outcome reward: a function of the finished text -----------------------------------------
+class OutcomeScorer(Scorer):
+    """Scores finished responses only, with `reward_fn(response_text) -> float in [0, 1]` (an ORM,
+    Cobbe et al. 2021). Unfinished prefixes get `unfinished_value` (neutral by default)."""
+
+    def __init__(self, reward_fn: Callable[[str], float], decode: Callable[[list[int]], str],
+                 unfinished_value: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= unfinished_value <= 1.0:
+            raise ValueError(f"unfinished_value must be in [0, 1]; got {unfinished_value!r}")
+        self.reward_fn, self.decode, self.unfinished_value = reward_fn, decode, unfinished_value
+
+    def _score(self, prefixes, prompt_len, finished):
+        return [float(self.reward_fn(self.decode(_response(p, prompt_len)))) if done else self.unfinished_value
+                for p, done in zip(prefixes, finished)]
+
+
+# ---- Monte-Carlo rollouts -----------------------------------------------------------------------
+class MonteCarloScorer(Scorer):
+    """Value of a prefix from `rollouts` completions sampled by the policy (Math-Shepherd,
+    Wang et al. 2024; the rollout evaluation of TS-LLM / rStar).
+
+    With a `reference` answer (training only, `is_oracle`): the fraction of rollouts whose extracted
+    answer verifies against it. Without one (the default scorer of beam, DVTS and MCTS): the fraction
+    of rollouts whose answer agrees with the majority answer among them (self-consistency, Wang
+    et al. 2022); rollouts without an answer never agree. A finished prefix is not rolled out: it is
+    scored by its own answer, against the reference, or else by the fraction of `rollouts` samples
+    from the prompt that agree with it (drawn once per prompt per search). All rollouts of one call
+    are sampled in one `policy.generate`; they count in the policy's stats, so `num_parameters = 0`.
+    """
+
+    def __init__(self, policy, *, rollouts: int = 4, max_tokens: int = 256, temperature: float = 1.0,
+                 top_p: float = 1.0, reference: str | None = None, extract: Extract | None = None,
+                 equivalent: Equivalent | None = None, seed: int = 0) -> None:
+        super().__init__()
+        self.policy, self.reference = policy, reference
+        self.params = SamplingParams(n=rollouts, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        self.extract = extract or default_extract
+        from planner.strategies.voting import same_answer  # here: planner.strategies imports this module
+
+        self.equivalent = equivalent or (default_verify if reference is not None else same_answer)
+        self.is_oracle = reference is not None
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._prompt_answers: dict[tuple[int, ...], list[str | None]] = {}
+
+    def _score(self, prefixes, prompt_len, finished):
+        unfinished = [p for p, done in zip(prefixes, finished) if not done]
+        prompt_pools = []  # prompts whose own rollouts judge finished responses (no reference)
+        if self.reference is None and any(finished):
+            if prompt_len is None:
+                raise ValueError("MonteCarloScorer needs prompt_len to score finished responses without a reference")
+            prompt_pools = list({tuple(p[:prompt_len]): p[:prompt_len] for p, done in zip(prefixes, finished)
+                                 if done and tuple(p[:prompt_len]) not in self._prompt_answers}.values())
+        answers_of: list[list[str | None]] = []
+        if unfinished or prompt_pools:
+            params = self.params.replace(seed=int(self._rng.integers(2**31 - 1)))
+            groups = self.policy.generate(unfinished + prompt_pools, params)
+            for prefix, group in zip(unfinished, groups):
+                head = self.policy.decode(_response(prefix, prompt_len))
+                answers_of.append([self.extract(head + s.text) for s in group])
+            for prompt, group in zip(prompt_pools, groups[len(unfinished):]):
+                self._prompt_answers[tuple(prompt)] = [self.extract(s.text) for s in group]
+        values, k = [], 0
+        for prefix, done in zip(prefixes, finished):
+            if done:
+                answer = self.extract(self.policy.decode(_response(prefix, prompt_len)))
+                if self.reference is not None:
+                    values.append(float(answer is not None and self.equivalent(self.reference, answer)))
+                else:
+                    pool = self._prompt_answers[tuple(prefix[:prompt_len])]
+                    values.append(_agreement(answer, pool, self.equivalent))
+            else:
+                answers = answers_of[k]
+                k += 1
+                if self.reference is not None:
+                    hits = [a is not None and self.equivalent(self.reference, a) for a in answers]
+                    values.append(sum(hits) / len(answers))
+                else:
+                    values.append(max((_agreement(a, answers, self.equivalent) for a in answers), default=0.0))
+        return values
+
+
+def _agreement(answer: str | None, pool: list[str | None], equivalent: Equivalent) -> float:
+    """Fraction of `pool` equivalent to `answer` (0 when `answer` is None or the pool is empty)."""
+    if answer is None or not pool:
+        return 0.0
+    return sum(a is not None and equivalent(answer, a) for a in pool) / len(pool)
+
+
+# ---- the verifier as an oracle ------------------------------------------------------------------
+class VerifierOracleScorer(Scorer):
+    """1.0 when the answer extracted from the prefix's response verifies against the reference,
+    else 0.0. Reads the reference: training only (`is_oracle = True`)."""
+
+    is_oracle = True
+
+    def __init__(self, reference: str, decode: Callable[[list[int]], str], extract: Extract | None = None,
+                 verify: Equivalent | None = None) -> None:
+        super().__init__()
+        self.reference, self.decode = reference, decode
+        self.extract, self.verify = extract or default_extract, verify or default_verify
+
+    def _score(self, prefixes, prompt_len, finished):
+        values = []
+        for prefix in prefixes:
+            answer = self.extract(self.decode(_response(prefix, prompt_len)))
+            values.append(float(answer is not None and self.verify(self.reference, answer)))
+        return values

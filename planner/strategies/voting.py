@@ -1,0 +1,79 @@
+"""Choosing the final answer among candidate responses: a registry of vote rules.
+
+- "majority": self-consistency (Wang et al. 2022): the answer given by most candidates.
+- "weighted": reward-weighted vote (search-and-learn; Li et al. 2023): the answer whose candidates'
+  scores sum highest.
+- "best": best-of-N by score (Cobbe et al. 2021): the single highest-scored candidate.
+
+Answers are grouped with an `equivalent(a, b)` predicate (default: equal after stripping).
+Candidates without an extracted answer never win a vote unless no candidate has one.
+Ties go to the group seen first, so the result is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+__all__ = ["VOTES", "vote", "group_answers", "same_answer"]
+
+
+def same_answer(a: str, b: str) -> bool:
+    return a.strip() == b.strip()
+
+
+def group_answers(answers: Sequence[str | None], equivalent: Callable[[str, str], bool] = same_answer) -> list[list[int]]:
+    """Indices of candidates grouped by equivalent answer, in order of first appearance (None skipped)."""
+    groups: list[list[int]] = []
+    for i, answer in enumerate(answers):
+        if answer is None:
+            continue
+        for group in groups:
+            if equivalent(answers[group[0]], answer):
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
+def _best_in(group: list[int], weights: Sequence[float]) -> int:
+    return max(group, key=lambda i: (weights[i], -i))
+
+
+def _majority(answers, weights, equivalent) -> int:
+    groups = group_answers(answers, equivalent)
+    if not groups:
+        return _best_in(list(range(len(answers))), weights)
+    top = max(groups, key=len)  # max keeps the first of equal-sized groups
+    return _best_in(top, weights)
+
+
+def _weighted(answers, weights, equivalent) -> int:
+    groups = group_answers(answers, equivalent)
+    if not groups:
+        return _best_in(list(range(len(answers))), weights)
+    top = max(groups, key=lambda g: sum(weights[i] for i in g))
+    return _best_in(top, weights)
+
+
+def _best(answers, weights, equivalent) -> int:
+    return _best_in(list(range(len(answers))), weights)
+
+
+VOTES: dict[str, Callable[[Sequence[str | None], Sequence[float], Callable[[str, str], bool]], int]] = {
+    "majority": _majority,
+    "weighted": _weighted,
+    "best": _best,
+}
+"""Vote rule name -> function(answers, weights, equivalent) returning the chosen candidate's index."""
+
+
+def vote(rule: str, answers: Sequence[str | None], weights: Sequence[float] | None = None,
+         equivalent: Callable[[str, str], bool] | None = None) -> int:
+    """Index of the candidate chosen by `rule` (one of `VOTES`)."""
+    if rule not in VOTES:
+        raise ValueError(f"vote rule must be one of {sorted(VOTES)}; got {rule!r}")
+    if not answers:
+        raise ValueError("vote needs at least one candidate")
+    weights = [1.0] * len(answers) if weights is None else list(weights)
+    return VOTES[rule](list(answers), weights, equivalent or same_answer)

@@ -1,0 +1,145 @@
+"""Solve a task's problems (or one --problem) with a search strategy; print or write JSONL results.
+
+    python scripts/solve.py --model DIR --task gsm8k --limit 5 --strategy beam --budget 4000 \
+        --set num_beams=8 --set beam_width=4 --out results.jsonl
+
+Each output line: id, question, reference, answer, reward (when the task has a reference), text,
+and the search's compute (generated / prompt / cached tokens, calls, FLOPs). Everything here can be
+done from Python with `planner.solve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def strategy_options_help() -> str:
+    """Every strategy and its config options (default and docstring), for --help."""
+    from planner.strategies import CONFIGS
+    from planner.strategies.common import field_docs
+
+    lines = ["strategies and their options (set with --set NAME=VALUE):"]
+    for name, cls in CONFIGS.items():
+        lines.append(f"\n  {name} ({cls.__name__}): {(cls.__doc__ or '').strip()}")
+        docs = field_docs(cls)
+        for f in fields(cls):
+            if f.name in ("extract", "equivalent", "terminal_reward"):
+                continue  # callables: set from the task's verifier, not the command line
+            default = f.default if f.default is not MISSING else None
+            lines.append(f"    {f.name}={default!r}: {docs.get(f.name, '')}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from planner.strategies import STRATEGIES
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=strategy_options_help(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="policy model: a Hugging Face save_pretrained folder")
+    parser.add_argument("--backend", choices=["hf", "vllm"], default="hf", help="policy backend (default: hf)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                        help="policy weights' dtype (default: float32)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--task", help="task name for verifiers.load_task (gsm8k, math500, countdown, game24, ...)")
+    source.add_argument("--problem", help="one problem text instead of a task")
+    parser.add_argument("--path", help="the task's data: a local JSONL/CSV file or a Hugging Face dataset id "
+                                       "(default: the task's copy in ../shared/data)")
+    parser.add_argument("--limit", type=int, help="solve only the first LIMIT problems")
+    parser.add_argument("--strategy", choices=sorted(STRATEGIES), default="mcts", help="search strategy (default: mcts)")
+    parser.add_argument("--budget", type=int, help="most generated tokens per problem (default: no limit)")
+    parser.add_argument("--budget-flops", type=float, help="most estimated FLOPs per problem (default: no limit)")
+    parser.add_argument("--scorer", help="a PRM / value-critic folder (AutoModelForTokenClassification, num_labels=1); "
+                                         "default: the Monte-Carlo majority-agreement scorer for beam, dvts, mcts")
+    parser.add_argument("--squash", choices=["sigmoid", "clamp"], default="sigmoid",
+                        help="how the --scorer head's output maps to [0, 1] (default: sigmoid)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a strategy option (see below); VALUE is a Python literal or a plain string")
+    parser.add_argument("--seed", type=int, default=0, help="search seed; problem i uses seed + i (default: 0)")
+    parser.add_argument("--no-chat", action="store_true", help="do not wrap problems in the chat template")
+    parser.add_argument("--system", help="system prompt for the chat template")
+    parser.add_argument("--out", help="write JSONL here (default: print to stdout)")
+    parser.add_argument("--trees", help="save each search tree as JSON in this folder")
+    return parser
+
+
+def parse_options(pairs: list[str], parser: argparse.ArgumentParser) -> dict:
+    options = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            parser.error(f"--set expects NAME=VALUE; got {pair!r}")
+        try:
+            options[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            options[name] = text
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not (Path(args.model) / "config.json").is_file():
+        parser.error(f"--model {args.model!r}: no model folder there (expected a config.json)")
+    if args.scorer and not (Path(args.scorer) / "config.json").is_file():
+        parser.error(f"--scorer {args.scorer!r}: no model folder there (expected a config.json)")
+    if args.path and not Path(args.path).exists() and Path(args.path).suffix:
+        parser.error(f"--path {args.path!r}: no such file")
+    options = parse_options(args.set, parser)
+
+    from planner.budget import Budget
+    from planner.policy import load_policy
+    from planner.scorers import ModelScorer
+    from planner.solve import solve
+    from planner.strategies import make_config
+
+    try:
+        make_config(args.strategy, **options)  # fail on a bad option before loading anything
+        budget = (Budget(generated_tokens=args.budget, flops=args.budget_flops)
+                  if args.budget is not None or args.budget_flops is not None else None)
+        if args.task:
+            from verifiers import load_task
+
+            task = load_task(args.task, args.path)
+            problems, verifier = task.problems[:args.limit], task.verifier
+            options.setdefault("extract", verifier.extract)
+            options.setdefault("equivalent", verifier.equivalent)
+        else:
+            task, problems = None, [args.problem]
+    except (ValueError, FileNotFoundError, TypeError) as error:
+        parser.error(str(error))
+
+    policy = load_policy(args.model, backend=args.backend, dtype=args.dtype, seed=args.seed)
+    scorer = ModelScorer(args.scorer, squash=args.squash) if args.scorer else None
+    out = open(args.out, "w") if args.out else sys.stdout
+    try:
+        for i, problem in enumerate(problems):
+            solution = solve(problem, policy, args.strategy, scorer, budget, seed=args.seed + i,
+                             chat=not args.no_chat, system=args.system, **options)
+            row = {"id": getattr(problem, "id", str(i)), "question": getattr(problem, "question", problem),
+                   **solution.to_dict()}
+            if task is not None:
+                row["reference"] = problem.reference if isinstance(problem.reference, (str, int, float)) else None
+                row["reward"] = task.reward(solution.text, problem)
+            if args.trees:
+                Path(args.trees).mkdir(parents=True, exist_ok=True)
+                solution.tree.save(Path(args.trees) / f"{i:05d}.json")
+            out.write(json.dumps(row, default=str) + "\n")
+            out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+        policy.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

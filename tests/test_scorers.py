@@ -1,0 +1,111 @@
+"""Scorers: the model scorer (batched, both paddings), outcome, Monte-Carlo rollouts, the oracle,
+and step-score aggregation."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from planner.scorers import (AGGREGATIONS, ModelScorer, MonteCarloScorer, OutcomeScorer, VerifierOracleScorer,
+                             aggregate)
+
+
+def last_number(text: str) -> str | None:
+    found = re.findall(r"\d+", text)
+    return found[-1] if found else None
+
+
+def test_aggregations():
+    scores = [0.5, 0.8, 0.25]
+    assert {name: aggregate(scores, name) for name in AGGREGATIONS} == {
+        "last": 0.25, "min": 0.25, "product": pytest.approx(0.1), "mean": pytest.approx(0.5166667)}
+    with pytest.raises(ValueError, match=r"aggregation must be one of \['last', 'mean', 'min', 'product'\]; got 'max'"):
+        aggregate(scores, "max")
+
+
+@pytest.fixture(scope="module")
+def value_model(tiny_model_dir):
+    from transformers import AutoModelForTokenClassification
+
+    torch.manual_seed(0)
+    return AutoModelForTokenClassification.from_pretrained(tiny_model_dir, num_labels=1)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_model_scorer_batched_equals_one_by_one(value_model, padding_side):
+    scorer = ModelScorer(value_model, padding_side=padding_side, batch_size=3)
+    prefixes = [[10, 11, 12], [13, 14, 15, 16, 17, 18], [19], [20, 21, 22, 23]]
+    batched = scorer.score(prefixes)
+    alone = [scorer.score([p])[0] for p in prefixes]
+    assert batched == pytest.approx(alone, abs=1e-5)
+    assert all(0 < v < 1 for v in batched) and len(set(batched)) == 4
+    # the value is read at the last token: the head's logit there, through a sigmoid
+    with torch.no_grad():
+        logit = value_model(input_ids=torch.tensor([prefixes[1]])).logits[0, -1, 0]
+    assert batched[1] == pytest.approx(torch.sigmoid(logit).item(), abs=1e-5)
+    assert scorer.stats.calls == 1 + 4 and scorer.stats.prompt_tokens == 2 * 14
+    assert scorer.num_parameters == sum(p.numel() for p in value_model.parameters()) and not scorer.is_oracle
+
+
+def test_model_scorer_loads_a_folder_and_clamps(tiny_model_dir):
+    scorer = ModelScorer(tiny_model_dir, squash="clamp")
+    values = scorer.score([[10, 11], [12, 13, 14]])
+    assert all(0.0 <= v <= 1.0 for v in values)
+    with pytest.raises(ValueError, match=r"squash must be one of \['clamp', 'sigmoid'\]; got 'tanh'"):
+        ModelScorer(tiny_model_dir, squash="tanh")
+
+
+def test_outcome_scorer_scores_finished_responses_only():
+    decode = lambda ids: "".join(chr(i) for i in ids)  # noqa: E731
+    scorer = OutcomeScorer(lambda text: 1.0 if text.endswith("!") else 0.0, decode, unfinished_value=0.5)
+    prompt = [ord("Q")]
+    values = scorer.score([prompt + [ord("!")], prompt + [ord("a")], prompt + [ord("!")]], prompt_len=1,
+                          finished=[True, True, False])
+    assert values == [1.0, 0.0, 0.5]
+
+
+ROLLOUTS = {"Qa": [("=1", -1.0, "stop"), ("=1", -1.0, "stop"), ("=2", -1.0, "stop"), ("x", -1.0, "stop")],
+            "Q": [("1", -1.0, "stop"), ("1", -1.0, "stop"), ("3", -1.0, "stop"), ("1", -1.0, "stop")]}
+
+
+def test_monte_carlo_majority_agreement(scripted_policy):
+    policy = scripted_policy(ROLLOUTS)
+    scorer = MonteCarloScorer(policy, rollouts=4, max_tokens=8, extract=last_number)
+    q = policy.encode("Q")
+    unfinished, finished = q + policy.encode("a"), q + policy.encode("b=1")
+    # "a" rolls out to a=1, a=1, a=2, ax: the majority answer 1 has 2 of 4 votes -> 0.5.
+    # "b=1" is finished: it is judged against 4 rollouts from the prompt (1, 1, 3, 1): 3 of 4 agree.
+    assert scorer.score([unfinished, finished], prompt_len=1, finished=[False, True]) == [0.5, 0.75]
+    assert policy.stats.calls == 1  # both sets of rollouts in one generate call
+    assert scorer.score([finished], prompt_len=1, finished=[True]) == [0.75]
+    assert policy.stats.calls == 1  # the prompt's rollouts are reused within a search
+    assert not scorer.is_oracle and scorer.num_parameters == 0
+
+
+def test_monte_carlo_with_reference_is_an_oracle(scripted_policy):
+    policy = scripted_policy(ROLLOUTS)
+    scorer = MonteCarloScorer(policy, rollouts=4, extract=last_number, reference="2",
+                              equivalent=lambda gold, pred: gold == pred)
+    q = policy.encode("Q")
+    assert scorer.score([q + policy.encode("a"), q + policy.encode("b=2")], prompt_len=1,
+                        finished=[False, True]) == [0.25, 1.0]
+    assert scorer.is_oracle
+
+
+def test_verifier_oracle_scorer():
+    decode = lambda ids: "".join(chr(i) for i in ids)  # noqa: E731
+    scorer = VerifierOracleScorer("7", decode, extract=last_number, verify=lambda gold, pred: gold == pred)
+    prompt = [ord("Q")]
+    assert scorer.score([prompt + [ord("7")], prompt + [ord("8")], prompt], prompt_len=1) == [1.0, 0.0, 0.0]
+    assert scorer.is_oracle
+
+
+def test_scorer_output_is_checked():
+    class Broken(OutcomeScorer):
+        def _score(self, prefixes, prompt_len, finished):
+            return [1.5]
+
+    with pytest.raises(ValueError, match=r"must return one value in \[0, 1\] per prefix; got \[1.5\]"):
+        Broken(lambda t: 0.0, str).score([[1]])

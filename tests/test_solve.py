@@ -1,0 +1,123 @@
+"""planner.solve / solve_batch, and the scripts/solve.py command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from planner.budget import Budget
+from planner.scorers import MonteCarloScorer, VerifierOracleScorer
+from planner.solve import solve, solve_batch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "solve.py"
+
+
+class Endless(dict):
+    def __missing__(self, key):
+        return [("1\n\n", -0.5, "step"), ("2", -0.7, "stop"), ("1", -0.2, "stop")]
+
+
+def first_digit(text: str) -> str | None:
+    digits = [c for c in text if c.isdigit()]
+    return digits[0] if digits else None
+
+
+def test_solve_applies_the_chat_template_and_reports_compute(scripted_policy):
+    policy = scripted_policy(Endless())
+    solution = solve("What is 1?", policy, "best_of_n", n=3, extract=first_digit)
+    assert policy.seen_prompts[0] == policy.encode_prompt("What is 1?")  # chat template applied
+    assert policy.decode(solution.tree.prompt_ids) == "What is 1?\n"  # role markers are special tokens
+    assert solution.answer == "1" and solution.text in {"1\n\n", "1"}
+    assert (solution.compute.generated_tokens, solution.compute.policy_calls) == (3 + 2 + 2, 1)
+    assert solution.compute.flops == 2 * 1000 * (len(policy.seen_prompts[0]) + 7)
+    plain = solve(SimpleNamespace(question="What is 1?"), policy, "best_of_n", chat=False, n=1, extract=first_digit)
+    assert plain.tree.prompt_ids == policy.encode_prompt("What is 1?", chat=False)
+
+
+def test_mcts_defaults_to_the_monte_carlo_scorer_and_an_integer_budget_is_tokens(scripted_policy, monkeypatch):
+    policy = scripted_policy(Endless())
+    made = []
+    original = MonteCarloScorer.__init__
+    monkeypatch.setattr(MonteCarloScorer, "__init__", lambda self, *a, **k: (made.append(k), original(self, *a, **k))[1])
+    solution = solve("Q", policy, "mcts", budget=30, num_simulations=100, leaves_per_round=1, num_candidates=2,
+                     max_step_tokens=4, max_steps=3, extract=first_digit)
+    assert made and made[0]["max_tokens"] == 4 * 3  # rollouts run to the end of a response
+    assert solution.tree.meta["strategy"] == "mcts" and all(
+        solution.tree[c].score is not None for c in solution.tree[0].children)
+    # 30 tokens, plus at most one round: 2 steps of <= 4 tokens and 2 x 4 rollouts of <= 12 tokens
+    assert 30 <= solution.compute.generated_tokens <= 30 + 2 * 4 + 8 * 12
+
+
+def test_oracles_are_refused_unless_allowed(scripted_policy):
+    policy = scripted_policy(Endless())
+    oracle = VerifierOracleScorer("1", policy.decode, extract=first_digit, verify=lambda g, p: g == p)
+    with pytest.raises(ValueError, match="training only: pass allow_oracle=True"):
+        solve("Q", policy, "beam", scorer=oracle)
+    with pytest.raises(ValueError, match="terminal_reward .* allow_oracle=True"):
+        solve("Q", policy, "mcts", terminal_reward=lambda text: 1.0)
+    allowed = solve("Q", policy, "beam", scorer=oracle, allow_oracle=True, num_beams=2, beam_width=1, max_steps=2,
+                    extract=first_digit)
+    assert allowed.answer == "1"
+
+
+def test_bad_strategy_or_option_names_the_allowed_ones(scripted_policy):
+    policy = scripted_policy(Endless())
+    with pytest.raises(ValueError, match=r"strategy must be one of \['beam', 'best_of_n', 'budget_forcing', "
+                                         r"'dvts', 'mcts'\]; got 'astar'"):
+        solve("Q", policy, "astar")
+    with pytest.raises(ValueError, match=r"BeamConfig has no option\(s\) \['beams'\]"):
+        solve("Q", policy, "beam", beams=4)
+
+
+def test_solve_batch_seeds_each_problem(scripted_policy):
+    policy = scripted_policy(Endless())
+    solutions = solve_batch(["A", "B"], policy, "best_of_n", budget=Budget(generated_tokens=100), seed=3, n=2,
+                            extract=first_digit)
+    assert [s.tree.meta["seed"] for s in solutions] == [3, 4]
+    assert [policy.decode(s.tree.prompt_ids) for s in solutions] == ["A\n", "B\n"]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("solve_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_solves_a_problem_and_writes_jsonl(tiny_model_dir, tmp_path):
+    script = load_script()
+    out, trees = tmp_path / "out.jsonl", tmp_path / "trees"
+    assert script.main(["--model", str(tiny_model_dir), "--problem", "2+2=?", "--strategy", "beam", "--budget", "40",
+                        "--set", "num_beams=2", "--set", "beam_width=1", "--set", "max_step_tokens=5",
+                        "--set", "max_steps=2", "--out", str(out), "--trees", str(trees)]) == 0
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["question"] == "2+2=?" and row["strategy"] == "beam" and row["compute"]["generated_tokens"] > 0
+    assert (trees / "00000.json").is_file()
+
+
+def test_script_errors_are_one_clear_line(tmp_path, capsys):
+    script = load_script()
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--model", str(tmp_path / "nowhere"), "--problem", "x"])
+    assert exit_info.value.code == 2 and "no model folder there" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        script.main(["--model", str(tmp_path), "--problem", "x", "--strategy", "mcts", "--set", "beams=3"])
+    assert "MCTSConfig has no option(s) ['beams']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        script.main(["--model", str(tmp_path), "--problem", "x", "--strategy", "astar"])
+    assert "invalid choice: 'astar'" in capsys.readouterr().err
+
+
+def test_script_reads_a_task_and_grades_it(tiny_model_dir, data_dir, tmp_path):
+    script = load_script()
+    out = tmp_path / "out.jsonl"
+    assert script.main(["--model", str(tiny_model_dir), "--task", "gsm8k", "--limit", "2", "--strategy", "best_of_n",
+                        "--set", "n=2", "--set", "max_tokens=6", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["gsm8k/test/0", "gsm8k/test/1"]
+    assert all(r["reward"] in (0.0, 1.0) and r["reference"] for r in rows)
