@@ -1,0 +1,155 @@
+"""Configuration of the search-guided trainer: one dataclass per component, a docstring per field.
+
+`scripts/train.py --help` is generated from these docstrings (see `rl/cli.py`), so they are the
+one place where each option is documented.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rl.advantages import ADVANTAGE_ESTIMATORS
+from rl.kl import KL_ESTIMATORS
+from rl.losses import PolicyLossConfig
+
+__all__ = ["CriticConfig", "TrainConfig", "TREE_STRATEGIES"]
+
+TREE_STRATEGIES = ("sample", "best_of_n", "beam", "mcts")
+
+
+def _fail(owner: str, name: str, allowed: str, got) -> None:
+    raise ValueError(f"{owner}.{name} must be {allowed}; got {got!r}")
+
+
+@dataclass
+class CriticConfig:
+    """The value critic: a scalar head on a copy of the policy trunk (rl/critic.py)."""
+
+    enabled: bool = True
+    """Train a critic. Needed by the "gae" estimator and by `use_as_scorer`."""
+    target: Literal["tree", "gae"] = "tree"
+    """Regression target: "tree" = Monte-Carlo node values of the search trees (mean leaf reward
+    below each node; AlphaZero/TS-LLM-style value learning), "gae" = GAE returns (PPO)."""
+    lr: float = 1e-3
+    """AdamW learning rate of the critic."""
+    clip_range: float = 0.2
+    """Clip of the value update around the old values (PPO2's clipped value loss)."""
+    use_as_scorer: bool = True
+    """Guide beam/MCTS with the trained critic (from the second iteration on): the closed loop."""
+
+    def __post_init__(self) -> None:
+        if self.target not in ("tree", "gae"):
+            _fail("CriticConfig", "target", "one of ['gae', 'tree']", self.target)
+        if not self.lr > 0:
+            _fail("CriticConfig", "lr", "a number > 0", self.lr)
+        if not self.clip_range > 0:
+            _fail("CriticConfig", "clip_range", "a number > 0", self.clip_range)
+
+
+@dataclass
+class TrainConfig:
+    """Search-guided RL: grow trees, reward leaves, update policy and critic, push weights."""
+
+    model: str = ""
+    """Policy model folder (a save_pretrained folder; see planner.policy.local_models)."""
+    output_dir: str = "runs/train"
+    """Where metrics (metrics.jsonl, metrics.csv, TensorBoard events) and checkpoints go."""
+    backend: Literal["hf", "vllm"] = "hf"
+    """Serving engine for search: "hf" (transformers) or "vllm"."""
+    iterations: int = 10
+    """Search-train iterations."""
+    prompts_per_iteration: int = 8
+    """Problems searched per iteration (P)."""
+    strategy: Literal["sample", "best_of_n", "beam", "mcts"] = "mcts"
+    """How trees are grown: "sample"/"best_of_n" = G independent samples (a flat tree: GRPO's group),
+    "beam" = step-level beam search, "mcts" = PUCT tree search; all leaves become training rows."""
+    samples_per_prompt: int = 8
+    """G for "sample"/"best_of_n"; beam width for "beam"; simulations for "mcts"."""
+    max_tokens: int = 128
+    """Most tokens per response (per step for step-level strategies, see step_max_tokens)."""
+    step_delimiter: str = "\n"
+    """Stop string that ends a step for beam and MCTS."""
+    step_max_tokens: int = 32
+    """Most tokens per step for beam and MCTS."""
+    max_steps: int = 12
+    """Most steps per response for beam and MCTS."""
+    temperature: float = 1.0
+    """Sampling temperature of the search. Behaviour and learner log-probabilities are both taken at
+    temperature 1, so 1.0 keeps the importance ratio exact."""
+    estimator: str = "grpo"
+    """Advantage estimator, one of rl.ADVANTAGE_ESTIMATORS (grpo, dr_grpo, rloo, reinforce,
+    reinforce_pp, reinforce_pp_baseline, remax, gae, tree)."""
+    gamma: float = 1.0
+    """Discount of GAE and reward-to-go."""
+    lam: float = 0.95
+    """GAE's lambda (Schulman et al. 2016)."""
+    lr: float = 1e-4
+    """AdamW learning rate of the policy."""
+    epochs: int = 1
+    """Passes over each iteration's batch (K)."""
+    minibatches: int = 1
+    """Minibatches per epoch; whole groups (prompts) go to one minibatch, so prompts_per_iteration
+    must be divisible by it."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    """Clipped surrogate, aggregation, in-loss KL and entropy bonus (rl/losses.py)."""
+    kl_placement: Literal["loss", "reward"] = "loss"
+    """Where the KL to the reference goes: "loss" (GRPO, loss.kl_coef) or "reward" (PPO, REINFORCE++,
+    kl_reward_coef per token)."""
+    kl_reward_coef: float = 0.0
+    """Beta of the KL-in-the-reward penalty (used when kl_placement="reward")."""
+    kl_target: float | None = None
+    """Target KL of the adaptive controller (Ziegler et al. 2019); None keeps beta fixed."""
+    drop_zero_variance_groups: bool = False
+    """Dynamic sampling (DAPO): leave out groups whose rewards are all equal (they carry no signal)."""
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """The value critic."""
+    seed: int = 0
+    """Seed of everything (problem order, search, minibatches)."""
+    deterministic: bool = False
+    """torch.use_deterministic_algorithms: bit-exact reruns and resumes on CPU."""
+    threads: int = 1
+    """Torch threads of the learner (and the transformers engine)."""
+    checkpoint_every: int = 1
+    """Save a resumable checkpoint every this many iterations."""
+    debug: bool = False
+    """Check every iteration that the engine's log-probabilities of the sampled tokens equal the
+    learner's within 1e-3 (weights in sync); raise when they do not."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.loss, dict):
+            self.loss = PolicyLossConfig(**self.loss)
+        if isinstance(self.critic, dict):
+            self.critic = CriticConfig(**self.critic)
+        if self.backend not in ("hf", "vllm"):
+            _fail("TrainConfig", "backend", "one of ['hf', 'vllm']", self.backend)
+        if self.strategy not in TREE_STRATEGIES:
+            _fail("TrainConfig", "strategy", f"one of {list(TREE_STRATEGIES)}", self.strategy)
+        if self.estimator not in ADVANTAGE_ESTIMATORS:
+            _fail("TrainConfig", "estimator", f"one of {sorted(ADVANTAGE_ESTIMATORS)}", self.estimator)
+        if self.estimator == "gae" and not self.critic.enabled:
+            raise ValueError("TrainConfig.estimator='gae' needs the critic: set critic.enabled=True")
+        for name in ("iterations", "prompts_per_iteration", "samples_per_prompt", "max_tokens", "step_max_tokens",
+                     "max_steps", "epochs", "minibatches", "threads", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                _fail("TrainConfig", name, "an integer >= 1", value)
+        if self.prompts_per_iteration % self.minibatches:
+            raise ValueError(f"TrainConfig: the batch of prompts_per_iteration={self.prompts_per_iteration} prompts "
+                             f"is not divisible into minibatches={self.minibatches}; pick a divisor")
+        if not self.lr > 0:
+            _fail("TrainConfig", "lr", "a number > 0", self.lr)
+        if not self.temperature > 0:
+            _fail("TrainConfig", "temperature", "a number > 0 (training samples)", self.temperature)
+        if self.kl_placement not in ("loss", "reward"):
+            _fail("TrainConfig", "kl_placement", "one of ['loss', 'reward']", self.kl_placement)
+        if self.kl_reward_coef < 0:
+            _fail("TrainConfig", "kl_reward_coef", "a number >= 0", self.kl_reward_coef)
+        if self.loss.kl_kind not in KL_ESTIMATORS:
+            _fail("TrainConfig", "loss.kl_kind", f"one of {list(KL_ESTIMATORS)}", self.loss.kl_kind)
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.loss.kl_coef > 0 or (self.kl_placement == "reward" and self.kl_reward_coef > 0)

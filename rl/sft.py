@@ -1,0 +1,417 @@
+"""Supervised fine-tuning on prompt/response pairs, and the embedded task's cold start.
+
+DeepSeek-R1 (DeepSeek-AI 2025, section 2.3.1) starts RL from a "cold start": a short SFT on a
+few thousand long chain-of-thought examples in the `<think>...</think>` format, so that RL begins
+from a policy that already writes readable, well-formed traces. `train_sft` is that stage for any
+Hugging Face causal LM: the loss is the token-mean negative log-likelihood of the response tokens
+only (the prompt, encoded with the tokenizer's chat template, is context, not a target).
+
+`cold_start` is the embedded default: a ~1M-parameter Llama trained on generated arithmetic
+traces (`verifiers.arithmetic`) that stops on purpose at partial skill (sampled pass@1 in
+`target_pass_range`), because search and RL need room to improve: the gap between pass@1 and
+pass@k is what they can win.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
+
+import torch
+from tqdm.auto import tqdm
+
+from rl.losses import sequence_logprobs, sft_loss
+
+__all__ = [
+    "SFTConfig", "SFTResult", "ColdStartResult", "EvalFn", "StopFn", "load_pairs", "encode_pair", "collate",
+    "response_nll", "lr_factor", "train_sft", "pass_rates", "cold_start",
+]
+
+Schedule = Literal["cosine", "linear", "constant"]
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+EvalFn = Callable[[int, "torch.nn.Module", object], Mapping[str, float]]
+"""`eval_fn(step, model, tokenizer) -> metrics`, called every `eval_every` steps (model in eval mode)."""
+StopFn = Callable[[Mapping[str, float]], bool]
+"""`should_stop(metrics) -> bool` on each evaluation's metrics; True ends training (and saves)."""
+Pair = tuple[str, str]
+
+
+@dataclass
+class SFTConfig:
+    """Settings of `train_sft`. Validated on construction; errors name the allowed range and the value."""
+
+    lr: float = 3e-3
+    """Peak AdamW learning rate (> 0). 3e-3 suits the ~1M-parameter embedded model (measured, see
+    docs/benchmarks.md); pretrained models want ~1e-5 to 1e-4."""
+    batch_size: int = 64
+    """Sequences per optimizer step (>= 1)."""
+    max_steps: int = 1000
+    """Optimizer steps (>= 1); the data is reshuffled every epoch and cycled until then."""
+    warmup_steps: int = 20
+    """Steps of linear warm-up from 0 to `lr` (>= 0)."""
+    schedule: Schedule = "cosine"
+    """Decay after warm-up down to `min_lr_ratio * lr` at `max_steps`: "cosine" (Loshchilov & Hutter
+    2017), "linear", or "constant" (no decay: for runs stopped by a metric, not by max_steps)."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of `lr`, in [0, 1]."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay (Loshchilov & Hutter 2019) on matrices only, not norms (>= 0)."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas, each in [0, 1)."""
+    grad_clip: float | None = 1.0
+    """Clip the global gradient norm to this (> 0); None disables clipping."""
+    max_length: int | None = None
+    """Truncate prompt + response to this many tokens (>= 2); None keeps whole sequences."""
+    seed: int = 0
+    """Seeds the data order (torch.Generator); the model's initialisation is the caller's."""
+    eval_every: int = 0
+    """Call `eval_fn` every this many steps (>= 0; 0 never)."""
+    max_minutes: float | None = None
+    """Stop after this much wall time (> 0), evaluations included; None: no limit."""
+    threads: int | None = 1
+    """torch CPU threads during training (>= 1), restored afterwards; None leaves the setting alone.
+    One thread by default: two threads on two busy cores can be many times slower (DESIGN)."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, name: str, allowed: str) -> None:
+            if not ok:
+                raise ValueError(f"SFTConfig.{name} must be {allowed}; got {getattr(self, name)!r}")
+
+        def number(x) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+        check(number(self.lr) and self.lr > 0, "lr", "a finite number > 0")
+        check(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", "an integer >= 1")
+        check(isinstance(self.max_steps, int) and self.max_steps >= 1, "max_steps", "an integer >= 1")
+        check(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
+        check(self.schedule in SCHEDULES, "schedule", f"one of {SCHEDULES}")
+        check(number(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "a number in [0, 1]")
+        check(number(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "a number >= 0")
+        check(len(self.betas) == 2 and all(number(b) and 0 <= b < 1 for b in self.betas), "betas",
+              "two numbers in [0, 1)")
+        check(self.grad_clip is None or (number(self.grad_clip) and self.grad_clip > 0), "grad_clip",
+              "None or a number > 0")
+        check(self.max_length is None or (isinstance(self.max_length, int) and self.max_length >= 2),
+              "max_length", "None or an integer >= 2")
+        check(isinstance(self.seed, int), "seed", "an integer")
+        check(isinstance(self.eval_every, int) and self.eval_every >= 0, "eval_every", "an integer >= 0")
+        check(self.max_minutes is None or (number(self.max_minutes) and self.max_minutes > 0), "max_minutes",
+              "None or a number > 0")
+        check(self.threads is None or (isinstance(self.threads, int) and self.threads >= 1), "threads",
+              "None or an integer >= 1")
+
+
+@dataclass
+class SFTResult:
+    """What `train_sft` did."""
+
+    model: "torch.nn.Module"
+    tokenizer: object
+    steps: int
+    """Optimizer steps taken."""
+    seconds: float
+    """Wall time of the whole run, evaluations and saving included."""
+    stopped_by: Literal["max_steps", "max_minutes", "should_stop"]
+    losses: list[float] = field(default_factory=list)
+    """Training loss of every step."""
+    history: list[dict] = field(default_factory=list)
+    """One row per evaluation: step, seconds, loss (mean since the previous row), lr, and eval metrics."""
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def load_pairs(path: str | os.PathLike) -> list[Pair]:
+    """(prompt, response) pairs from a JSONL file of `{"prompt": ..., "response": ...}` objects."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"SFT data file {str(path)!r} does not exist; pass a JSONL file with one "
+                                '{"prompt": ..., "response": ...} object per line')
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) \
+                    or not isinstance(row.get("response"), str):
+                raise ValueError(f"{path}:{number}: expected an object with string fields 'prompt' and "
+                                 f"'response'; got {line.strip()[:80]!r}")
+            pairs.append((row["prompt"], row["response"]))
+    return pairs
+
+
+def _as_pairs(data) -> list[Pair]:
+    if isinstance(data, (str, os.PathLike)):
+        pairs = load_pairs(data)
+    else:
+        pairs = [(d["prompt"], d["response"]) if isinstance(d, Mapping) else (d[0], d[1]) for d in data]
+    if not pairs:
+        raise ValueError("SFT data is empty: pass at least one (prompt, response) pair or a non-empty JSONL file")
+    return pairs
+
+
+def encode_pair(tokenizer, prompt: str, response: str, max_length: int | None = None) -> tuple[list[int], int]:
+    """Token ids of prompt + response + EOS, and how many of them are the prompt.
+
+    The prompt goes through the tokenizer's chat template (with the generation prompt) when it has
+    one, exactly as `Policy.encode_prompt` does at inference; otherwise it is encoded as plain text.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        prompt_ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                   add_generation_prompt=True, tokenize=True)
+        if isinstance(prompt_ids, Mapping) or hasattr(prompt_ids, "input_ids"):  # BatchEncoding
+            prompt_ids = prompt_ids["input_ids"]
+    else:
+        prompt_ids = tokenizer.encode(prompt, add_special_tokens=True)
+    ids = list(prompt_ids) + tokenizer.encode(response, add_special_tokens=False) + [tokenizer.eos_token_id]
+    if max_length is not None and len(prompt_ids) >= max_length:
+        raise ValueError(f"a prompt of {len(prompt_ids)} tokens leaves no room for the response within "
+                         f"max_length={max_length}: {prompt[:60]!r}")
+    return ids[:max_length] if max_length else ids, len(prompt_ids)
+
+
+def collate(encoded: Sequence[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded input_ids (B, L), attention_mask (B, L) and loss_mask (B, L): 1 on response tokens."""
+    B, L = len(encoded), max(len(ids) for ids, _ in encoded)
+    input_ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, L), dtype=torch.long)
+    loss_mask = torch.zeros((B, L), dtype=torch.float32)
+    for i, (ids, prompt_len) in enumerate(encoded):
+        input_ids[i, :len(ids)] = torch.tensor(ids)
+        attention_mask[i, :len(ids)] = 1
+        loss_mask[i, prompt_len:len(ids)] = 1.0
+    return input_ids, attention_mask, loss_mask
+
+
+def response_nll(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Token-mean NLL of the response tokens: logits (B, L, V) predict input_ids (B, L) shifted by one."""
+    next_logits = logits[:, :-1, :]  # (B, L-1, V): position t predicts token t+1
+    targets = input_ids[:, 1:]  # (B, L-1)
+    target_mask = loss_mask[:, 1:]  # (B, L-1): only response tokens are targets
+    target_logp = sequence_logprobs(next_logits, targets)  # (B, L-1)
+    return sft_loss(target_logp, target_mask)
+
+
+def lr_factor(step: int, config: SFTConfig) -> float:
+    """Learning-rate multiplier at `step` (0-based): linear warm-up, then the configured decay."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps))
+    decay = 0.5 * (1 + math.cos(math.pi * progress)) if config.schedule == "cosine" else 1 - progress
+    return config.min_lr_ratio + (1 - config.min_lr_ratio) * decay
+
+
+# ----------------------------------------------------------------------------- the trainer
+
+
+def train_sft(model, data, config: SFTConfig | None = None, *, tokenizer=None,
+              output_dir: str | os.PathLike | None = None, eval_fn: EvalFn | None = None,
+              should_stop: StopFn | None = None) -> SFTResult:
+    """Fine-tune a causal LM on (prompt, response) pairs with the loss on the response tokens only.
+
+    model: a Hugging Face folder, or a loaded `PreTrainedModel` (then `tokenizer` is required).
+    data: a JSONL path, or pairs as `(prompt, response)` tuples or `{"prompt", "response"}` dicts.
+    output_dir: when given, the model, tokenizer and `sft_history.json` are saved there at the end
+    (a `save_pretrained` folder that `planner.policy.load_policy(folder, "hf")` and vLLM load).
+    eval_fn / should_stop: see `EvalFn` / `StopFn`; training stops early when `should_stop` says so.
+    """
+    config = config or SFTConfig()
+    pairs = _as_pairs(data)
+    if isinstance(model, (str, os.PathLike)):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not (Path(model) / "config.json").is_file():
+            raise FileNotFoundError(f"no model folder at {str(model)!r} (expected a config.json there)")
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
+        model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    elif tokenizer is None:
+        raise ValueError("train_sft: pass tokenizer= along with an in-memory model")
+    encoded = [encode_pair(tokenizer, p, r, config.max_length) for p, r in pairs]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = next(model.parameters()).device
+
+    previous_threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    try:
+        return _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, eval_fn, should_stop)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, eval_fn, should_stop) -> SFTResult:
+    matrices = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    others = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": matrices, "weight_decay": config.weight_decay},
+                                   {"params": others, "weight_decay": 0.0}], lr=config.lr, betas=config.betas)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, config))
+    generator = torch.Generator().manual_seed(config.seed)
+    order: list[int] = []
+    start = time.perf_counter()
+    losses: list[float] = []
+    history: list[dict] = []
+    stopped_by, logged_upto, step = "max_steps", 0, 0
+    bar = tqdm(total=config.max_steps, desc="sft", disable=not config.progress, leave=False)
+    model.train()
+    while step < config.max_steps:
+        if len(order) < config.batch_size:  # a new epoch: reshuffle (a short tail carries over)
+            order += torch.randperm(len(encoded), generator=generator).tolist()
+        batch, order = [encoded[i] for i in order[:config.batch_size]], order[config.batch_size:]
+        input_ids, attention_mask, loss_mask = (t.to(device) for t in collate(batch, pad_id))
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, L, V)
+        loss = response_nll(logits, input_ids, loss_mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        losses.append(loss.item())
+        bar.update(1)
+        bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        if eval_fn is not None and config.eval_every and step % config.eval_every == 0:
+            model.eval()
+            with torch.no_grad():
+                metrics = dict(eval_fn(step, model, tokenizer))
+            model.train()
+            window = losses[logged_upto:]
+            history.append({"step": step, "seconds": time.perf_counter() - start, "loss": sum(window) / len(window),
+                            "lr": scheduler.get_last_lr()[0], **metrics})
+            logged_upto = step
+            if should_stop is not None and should_stop(metrics):
+                stopped_by = "should_stop"
+                break
+        if config.max_minutes is not None and time.perf_counter() - start > 60 * config.max_minutes:
+            stopped_by = "max_minutes"
+            break
+    bar.close()
+    model.eval()
+    if output_dir is not None:
+        output_dir = Path(output_dir)
+        model.save_pretrained(output_dir, safe_serialization=True)
+        tokenizer.save_pretrained(output_dir)
+        (output_dir / "sft_history.json").write_text(json.dumps({"config": asdict(config), "losses": losses,
+                                                                  "history": history}, indent=1))
+    return SFTResult(model=model, tokenizer=tokenizer, steps=step, seconds=time.perf_counter() - start,
+                     stopped_by=stopped_by, losses=losses, history=history)
+
+
+# ----------------------------------------------------------------------------- the embedded cold start
+
+
+@dataclass
+class ColdStartResult:
+    """What `cold_start` did: where the model is, the learning curve and the skill it stopped at."""
+
+    model_dir: Path
+    """The trained `save_pretrained` folder (model, char tokenizer, chat template, history)."""
+    curve: list[dict]
+    """One row per evaluation: step, seconds (wall since the start), loss, lr, pass@1 (sampled, T=1)."""
+    steps: int
+    seconds: float
+    """Wall time of building, training and the periodic evaluations (the final evaluation excluded)."""
+    in_range: bool
+    """Whether the last evaluated sampled pass@1 lies in the target range."""
+    final: dict = field(default_factory=dict)
+    """On the held-out set after training (when final_eval): greedy pass@1, sampled pass@1, pass@k."""
+
+
+COLD_START_SFT = SFTConfig(lr=3e-3, batch_size=64, max_steps=100_000, warmup_steps=20, schedule="constant",
+                           eval_every=25)
+"""The cold start's SFT settings (DESIGN's measured recipe: AdamW lr 3e-3, batch 64); it stops on the
+pass-rate target or on `max_minutes`, not on max_steps, so the learning rate does not decay."""
+
+
+def pass_rates(policy, problems: Sequence, score_fn: Callable[[str, object], float], *, n: int = 1,
+               temperature: float = 1.0, max_tokens: int = 64, seed: int = 0) -> dict[str, float]:
+    """Sample `n` responses per problem; return pass@1 (mean reward) and pass@n (share solved at least once).
+
+    pass@1 averages over all n samples, the unbiased estimate (Chen et al. 2021) with lower variance
+    than one sample per problem. Problems need `question` and `reference` (see `verifiers.tasks.Problem`).
+    """
+    from planner.policy.types import SamplingParams
+
+    prompts = [policy.encode_prompt(p.question) for p in problems]
+    groups = policy.generate(prompts, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens,
+                                                     seed=seed))
+    rewards = [[score_fn(s.text, p.reference) for s in group] for p, group in zip(problems, groups)]
+    return {"pass@1": sum(map(sum, rewards)) / (n * len(problems)),
+            f"pass@{n}": sum(any(r > 0 for r in row) for row in rewards) / len(problems)}
+
+
+def cold_start(output_dir: str | os.PathLike, *, difficulty="medium", target_pass_range: tuple[float, float] = (0.3, 0.6),
+               max_minutes: float = 5.0, config: SFTConfig | None = None, hidden_size: int = 128,
+               num_layers: int = 4, num_heads: int = 4, num_train: int = 20_000, eval_problems: int = 128,
+               eval_samples: int = 2, final_eval: bool = True, final_samples: int = 8, seed: int = 0,
+               progress: bool = True) -> ColdStartResult:
+    """Build a small Llama for the arithmetic task and SFT it on gold traces until it is partly skilled.
+
+    Every `config.eval_every` steps (default `COLD_START_SFT`) the sampled (T=1) pass@1 on a fixed
+    held-out set of `eval_problems` problems (`eval_samples` samples each) is measured; training
+    stops as soon as it reaches `target_pass_range[0]` (or after `max_minutes`). The held-out set is
+    drawn with seed `seed + 10_000` and removed from the training problems. `difficulty`: a name in
+    `verifiers.arithmetic.DIFFICULTIES` or a `Difficulty`. Torch threads: `config.threads` (1).
+    """
+    from dataclasses import replace
+
+    from planner.policy.hf import HFPolicy
+    from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
+    from transformers import AutoModelForCausalLM
+    from verifiers.arithmetic import ARITHMETIC_ALPHABET, arithmetic_task, score
+
+    low, high = target_pass_range
+    if not 0 <= low <= high <= 1:
+        raise ValueError(f"target_pass_range must be (low, high) with 0 <= low <= high <= 1; got {target_pass_range!r}")
+    config = replace(config or COLD_START_SFT, max_minutes=max_minutes, seed=seed, progress=progress)
+    if config.eval_every < 1:
+        raise ValueError(f"cold_start needs config.eval_every >= 1 to watch the pass rate; got {config.eval_every}")
+    start = time.perf_counter()
+    previous_threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    try:
+        held_out = arithmetic_task(eval_problems, difficulty, seed=seed + 10_000)
+        held_out_questions = {p.question for p in held_out}
+        train = [p for p in arithmetic_task(num_train, difficulty, seed=seed) if p.question not in held_out_questions]
+        max_tokens = max(len(p.meta["solution"]) for p in held_out) + 8  # one token per character, + slack
+        output_dir = Path(output_dir)
+        build_tiny_llama(output_dir, alphabet=ARITHMETIC_ALPHABET, hidden_size=hidden_size, num_layers=num_layers,
+                         num_heads=num_heads, seed=seed)
+        model = AutoModelForCausalLM.from_pretrained(output_dir, dtype=torch.float32)
+        tokenizer = build_char_tokenizer(ARITHMETIC_ALPHABET)
+
+        def policy_of(model) -> HFPolicy:
+            return HFPolicy(str(output_dir), model=model, tokenizer=tokenizer,
+                            device=str(next(model.parameters()).device), seed=seed)
+
+        def evaluate(step, model, tokenizer) -> dict[str, float]:
+            rates = pass_rates(policy_of(model), held_out, score, n=eval_samples, max_tokens=max_tokens, seed=seed)
+            return {"pass@1": rates["pass@1"]}
+
+        result = train_sft(model, [(p.question, p.meta["solution"]) for p in train], config, tokenizer=tokenizer,
+                           output_dir=output_dir, eval_fn=evaluate, should_stop=lambda m: m["pass@1"] >= low)
+        seconds = time.perf_counter() - start
+        last = result.history[-1]["pass@1"] if result.history else 0.0
+        final = {}
+        if final_eval:
+            policy = policy_of(result.model)
+            greedy = pass_rates(policy, held_out, score, n=1, temperature=0.0, max_tokens=max_tokens, seed=seed)
+            sampled = pass_rates(policy, held_out, score, n=final_samples, max_tokens=max_tokens, seed=seed + 1)
+            final = {"greedy_pass@1": greedy["pass@1"], "sampled_pass@1": sampled["pass@1"],
+                     f"pass@{final_samples}": sampled[f"pass@{final_samples}"]}
+    finally:
+        torch.set_num_threads(previous_threads)
+    return ColdStartResult(model_dir=output_dir, curve=result.history, steps=result.steps, seconds=seconds,
+                           in_range=low <= last <= high, final=final)

@@ -1,0 +1,62 @@
+"""Search-guided RL: grow search trees with the current policy and critic, train both from them.
+
+    python scripts/train.py --model runs/demo/sft --task arithmetic --iterations 20 --strategy mcts
+    python scripts/train.py --model runs/demo/sft --task arithmetic --output_dir runs/x --resume
+
+Every TrainConfig option below can be given; `--resume` continues a killed run from its last
+checkpoint in --output_dir. Metrics: <output_dir>/metrics.jsonl, metrics.csv and tensorboard/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rl.cli import add_dataclass_arguments
+    from rl.config import TrainConfig
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    data = parser.add_argument_group("data")
+    data.add_argument("--task", required=True, help="task name (verifiers.TASKS): arithmetic, gsm8k, math500, "
+                                                    "countdown, game24, humaneval")
+    data.add_argument("--task_path", default=None, help="local file of the task (default: ../shared/data)")
+    data.add_argument("--split", default="train", help="dataset split (default: train)")
+    data.add_argument("--limit", type=int, default=None, help="use only the first N problems")
+    parser.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoint")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_dataclass_arguments(parser, TrainConfig)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from rl.cli import dataclass_from_args
+    from rl.config import TrainConfig
+    from rl.trainer import SearchTrainer
+    from verifiers import load_task
+
+    try:
+        config = dataclass_from_args(TrainConfig, args)
+        if not config.model or not (Path(config.model) / "config.json").is_file():
+            raise FileNotFoundError(f"--model {config.model!r} is not a model folder (no config.json); "
+                                    "pass a save_pretrained folder, e.g. the demo's runs/demo/sft")
+        task = load_task(args.task, args.task_path, split=args.split)
+    except (ValueError, FileNotFoundError) as error:
+        parser.error(str(error))
+    problems = task.problems[: args.limit] if args.limit else task.problems
+    trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract, resume=args.resume)
+    history = trainer.run(progress=not args.quiet)
+    if history:
+        last = history[-1]
+        print(f"iteration {last['iteration']}: reward {last['reward_mean']:.3f}, pass rate {last['pass_rate']:.3f}; "
+              f"metrics in {Path(config.output_dir) / 'metrics.jsonl'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.exit(main())
