@@ -244,7 +244,7 @@ class SearchTrainer:
     def _step(self, model, optimizer, loss, what: str, metrics: dict) -> None:
         optimizer.zero_grad()
         if not is_finite_loss(loss):
-            log.warning("iteration %d: %s loss is %s; update skipped", self.iteration, what, float(loss))
+            log.warning("iteration %d: %s loss is %s; update skipped", self.iteration, what, loss.detach().item())
             metrics[f"{what}_skipped"] = 1.0
             return
         loss.backward()
