@@ -121,8 +121,10 @@ class Task:
     verifier: Verifier
 
     def reward(self, completion: str, problem: Problem) -> float:
-        """Same as the module-level `reward`."""
-        return reward(completion, problem)
+        """This task's verifier score of ``completion`` for ``problem`` (0.0 for non-string completions)."""
+        if not isinstance(completion, str):
+            return 0.0
+        return float(self.verifier.score(completion, problem.reference))
 
     def __len__(self) -> int:
         return len(self.problems)
@@ -324,7 +326,15 @@ def _load_humaneval(path=None, split="test") -> Task:
     return Task("humaneval", problems, VERIFIERS["humaneval"])
 
 
+def _load_arithmetic(path=None, split="test") -> Task:
+    """The embedded, generated task (verifiers/arithmetic.py); imported here lazily, as it imports this module."""
+    from verifiers.arithmetic import load_arithmetic
+
+    return load_arithmetic(path, split)
+
+
 TASKS: dict[str, Callable[..., Task]] = {
+    "arithmetic": _load_arithmetic,
     "gsm8k": _load_gsm8k,
     "math500": _load_math500,
     "countdown": _load_countdown,
