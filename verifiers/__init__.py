@@ -10,9 +10,17 @@ from verifiers.code import SandboxLimits, SandboxResult, humaneval_program, run_
 from verifiers.countdown import check_countdown, check_game24, evaluate_expression, extract_expression
 from verifiers.format import R1_FORMAT, FormatSpec, format_reward
 from verifiers.math import extract_answer, verify, verify_many
+# tasks first: it registers the arithmetic task, which imports its types.
 from verifiers.tasks import TASKS, VERIFIERS, CompositeReward, Problem, Task, Verifier, format_component, load_task, reward
+from verifiers.arithmetic import ARITHMETIC_ALPHABET, Difficulty, arithmetic_task, check_steps, load_arithmetic, step_value  # noqa: E402
 
 __all__ = [
+    "ARITHMETIC_ALPHABET",
+    "Difficulty",
+    "arithmetic_task",
+    "check_steps",
+    "load_arithmetic",
+    "step_value",
     "TASKS",
     "VERIFIERS",
     "R1_FORMAT",

@@ -23,19 +23,22 @@ import random
 import re
 from dataclasses import dataclass
 
-from verifiers.tasks import Problem
+from verifiers.tasks import Problem, Task, Verifier
 
 __all__ = [
     "ARITHMETIC_ALPHABET",
     "DIFFICULTIES",
+    "SPLITS",
     "STEP_DELIMITER",
     "THINK_OPEN",
     "THINK_CLOSE",
+    "VERIFIER",
     "Difficulty",
     "arithmetic_task",
     "check_steps",
     "equivalent",
     "extract",
+    "load_arithmetic",
     "make_problem",
     "score",
     "solution_steps",
@@ -46,9 +49,10 @@ THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 STEP_DELIMITER = "\n"
 """Ends every step; pass it as `SamplingParams(stop=(STEP_DELIMITER,))` to expand one step at a time."""
-ARITHMETIC_ALPHABET = "0123456789+-=?<>/hiknt\n"
+ARITHMETIC_ALPHABET = "0123456789+-=?<>/hiknt\nWa"
 """Every character of a question or a gold response (digits, operators, the think tags' letters,
-the delimiter): 23 symbols, 29 token ids with the char tokenizer's 6 special tokens."""
+the delimiter), plus "W" and "a" so that budget forcing's "Wait" (s1) is spelled in the vocabulary:
+25 symbols, 31 token ids with the char tokenizer's 6 special tokens."""
 
 _ANSWER = re.compile(r"-?\d+")
 OPS = ("+", "-")
@@ -169,6 +173,23 @@ def equivalent(a: str | None, b: str | None) -> bool:
 def score(completion: str, reference: str) -> float:
     """1.0 when the completion's answer (see `extract`) equals the reference integer, else 0.0."""
     return 1.0 if equivalent(extract(completion), str(reference)) else 0.0
+
+
+VERIFIER = Verifier(score=score, extract=extract, equivalent=equivalent)
+"""The task's verifier in the shared contract (`verifiers.tasks.Verifier`)."""
+SPLITS: dict[str, tuple[int, int]] = {"train": (5000, 0), "test": (128, 10_000)}
+"""Split -> (problem count, seed) of `load_arithmetic`; `rl.sft.cold_start` holds out the "test" seed."""
+
+
+def load_arithmetic(path=None, split: str = "test", difficulty: str | Difficulty = "medium") -> Task:
+    """The task as a `Task`, with the loader signature of `verifiers.tasks.TASKS` (the data is generated,
+    so `path` must be None). "test" is the held-out set `rl.sft.cold_start` measures pass@1 on."""
+    if path is not None:
+        raise ValueError(f"the arithmetic task is generated, not read from a file; pass path=None, got {path!r}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown arithmetic split {split!r}; choose one of {sorted(SPLITS)}")
+    n, seed = SPLITS[split]
+    return Task("arithmetic", arithmetic_task(n, difficulty, seed=seed), VERIFIER)
 
 
 # ---------------------------------------------------------------------------- process oracle

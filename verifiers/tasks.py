@@ -326,15 +326,7 @@ def _load_humaneval(path=None, split="test") -> Task:
     return Task("humaneval", problems, VERIFIERS["humaneval"])
 
 
-def _load_arithmetic(path=None, split="test") -> Task:
-    """The embedded, generated task (verifiers/arithmetic.py); imported here lazily, as it imports this module."""
-    from verifiers.arithmetic import load_arithmetic
-
-    return load_arithmetic(path, split)
-
-
 TASKS: dict[str, Callable[..., Task]] = {
-    "arithmetic": _load_arithmetic,
     "gsm8k": _load_gsm8k,
     "math500": _load_math500,
     "countdown": _load_countdown,
@@ -354,3 +346,10 @@ def load_task(name: str, path: str | Path | None = None, split: str = "test") ->
     if name not in TASKS:
         raise ValueError(f"load_task: unknown task {name!r}; choose one of {sorted(TASKS)}")
     return TASKS[name](path=path, split=split)
+
+
+# The embedded, generated task imports this module's types, so it registers itself last.
+from verifiers import arithmetic  # noqa: E402
+
+VERIFIERS["arithmetic"] = arithmetic.VERIFIER
+TASKS["arithmetic"] = arithmetic.load_arithmetic
