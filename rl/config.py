@@ -112,8 +112,8 @@ class TrainConfig:
     """torch.use_deterministic_algorithms: bit-exact reruns and resumes on CPU."""
     threads: int = 1
     """Torch threads of the learner (and the transformers engine)."""
-    checkpoint_every: int = 1
-    """Save a resumable checkpoint every this many iterations."""
+    checkpoint_every: int = 5
+    """Save a resumable checkpoint every this many iterations (and after the last one)."""
     debug: bool = False
     """Check every iteration that the engine's log-probabilities of the sampled tokens equal the
     learner's within 1e-3 (weights in sync); raise when they do not."""

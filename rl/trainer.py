@@ -43,15 +43,18 @@ def derived_seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] % (2**31 - 1))
 
 
-def token_logprobs(model, batch: RolloutBatch, with_entropy: bool = False):
-    """(B, L) log-probability of token t given tokens < t (0 at t = 0), and optionally entropy."""
+def token_logprobs(model, batch: RolloutBatch, entropy: str = "none"):
+    """(B, L) log-probability of token t given tokens < t (0 at t = 0), and the entropy (B, L) when
+    `entropy` is "grad" (an entropy bonus needs its gradient) or "log" (a diagnostic, no gradient)."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()  # (B, L, V)
     logp = sequence_logprobs(logits[:, :-1], batch.input_ids[:, 1:])  # (B, L-1)
     logp = torch.nn.functional.pad(logp, (1, 0))  # (B, L): aligned with the token it scores
-    if not with_entropy:
+    if entropy == "none":
         return logp, None
-    entropy = torch.nn.functional.pad(entropy_from_logits(logits[:, :-1]), (1, 0))  # (B, L)
-    return logp, entropy
+    with torch.set_grad_enabled(entropy == "grad" and torch.is_grad_enabled()):
+        source = logits if entropy == "grad" else logits.detach()
+        values = torch.nn.functional.pad(entropy_from_logits(source[:, :-1]), (1, 0))  # (B, L)
+    return logp, values
 
 
 class SearchTrainer:
@@ -68,8 +71,7 @@ class SearchTrainer:
         if config.deterministic:
             torch.use_deterministic_algorithms(True)
         torch.manual_seed(config.seed)
-        self.engine = load_policy(config.model, backend=config.backend, seed=config.seed,
-                                  **({"threads": config.threads} if config.backend == "hf" else {}))
+        self.engine = load_policy(config.model, backend=config.backend, seed=config.seed, threads=config.threads)
         self.tokenizer = self.engine.tokenizer
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.learner = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32)
@@ -193,33 +195,35 @@ class SearchTrainer:
         """K epochs of minibatch updates of policy and critic on one iteration's rows."""
         c = self.config
         metrics: dict[str, float] = {}
+        # With one epoch of one minibatch the learner's pre-update log-probabilities come out of the
+        # update's own forward pass (as TRL does), saving a forward over the whole batch.
+        single_pass = c.epochs == 1 and c.minibatches == 1 and not (c.kl_placement == "reward" and self.reference is not None)
         with torch.no_grad():
-            old_logp, _ = token_logprobs(self.learner, batch)
-            gap = float(((old_logp - batch.old_logprobs).abs() * batch.response_mask).max())
-            metrics["engine_learner_logprob_gap"] = gap
-            if c.debug and gap > SYNC_TOLERANCE:
-                raise RuntimeError(f"engine and learner disagree on sampled-token log-probabilities by {gap:.2e} "
-                                   f"(> {SYNC_TOLERANCE}): weights are out of sync")
+            old_logp = None if single_pass else token_logprobs(self.learner, batch)[0]
             ref_logp = token_logprobs(self.reference, batch)[0] if self.reference is not None else None
             old_values = (self.critic.token_values(batch.input_ids, batch.attention_mask)
-                          if self.critic is not None else torch.zeros_like(old_logp))
+                          if self.critic is not None else torch.zeros_like(batch.old_logprobs))
         adv, targets, target_mask = self.advantages(batch, old_logp, ref_logp, old_values)
         if self.critic is not None:  # error on this iteration's fresh (held-out) tree nodes, before training
             metrics["critic_heldout_mse"] = float(masked_mean((old_values.clamp(0, 1) - batch.token_values) ** 2,
                                                               batch.response_mask))
         loss_config = dataclasses.replace(c.loss, kl_coef=self.kl_controller.value if c.kl_placement == "loss" else 0.0)
-        needs_entropy = True
+        entropy_mode = "grad" if loss_config.entropy_coef != 0 else "log"
         groups = batch.group.unique().tolist()
         sums: dict[str, list[float]] = {}
         for epoch in range(c.epochs):
             order = np.random.default_rng(derived_seed(c.seed, iteration, epoch)).permutation(len(groups))
             for chunk in np.array_split(order, c.minibatches):
-                rows = [i for i in range(len(batch)) if int(batch.group[i]) in {groups[j] for j in chunk}]
+                chosen = {groups[j] for j in chunk}
+                rows = [i for i, g in enumerate(batch.group.tolist()) if g in chosen]
                 if not rows:
                     continue
                 idx = torch.tensor(rows)
                 mb = batch.select(rows)
-                logp, entropy = token_logprobs(self.learner, mb, with_entropy=needs_entropy)
+                logp, entropy = token_logprobs(self.learner, mb, entropy=entropy_mode)
+                if old_logp is None:  # single pass: mb is the whole batch, in order
+                    old_logp = logp.detach()
+                    self._check_sync(old_logp, batch, metrics)
                 loss, m = policy_loss(logp, old_logp[idx], adv[idx], mb.response_mask, loss_config,
                                       ref_logp=ref_logp[idx] if ref_logp is not None and loss_config.kl_coef > 0
                                       else None, entropy=entropy)
@@ -234,12 +238,23 @@ class SearchTrainer:
                     m.update(vm)
                 for k, v in m.items():
                     sums.setdefault(k, []).append(float(v))
+        if "engine_learner_logprob_gap" not in metrics:
+            self._check_sync(old_logp, batch, metrics)
         metrics.update({k: float(np.mean(v)) for k, v in sums.items()})
         if ref_logp is not None:
             metrics["kl_to_reference"] = float(masked_mean(kl(old_logp, ref_logp, kind="k3"), batch.response_mask))
             self.kl_controller.update(metrics["kl_to_reference"], len(batch))
         metrics["kl_coef"] = float(self.kl_controller.value)
         return metrics
+
+    def _check_sync(self, learner_logp: torch.Tensor, batch: RolloutBatch, metrics: dict) -> None:
+        """The engine sampled with the weights the learner holds now: their log-probabilities of the
+        sampled tokens must agree (float32, 1e-3). Logged every iteration; raised in debug mode."""
+        gap = float(((learner_logp - batch.old_logprobs).abs() * batch.response_mask).max())
+        metrics["engine_learner_logprob_gap"] = gap
+        if self.config.debug and gap > SYNC_TOLERANCE:
+            raise RuntimeError(f"engine and learner disagree on sampled-token log-probabilities by {gap:.2e} "
+                               f"(> {SYNC_TOLERANCE}): weights are out of sync")
 
     def _step(self, model, optimizer, loss, what: str, metrics: dict) -> None:
         optimizer.zero_grad()
@@ -248,9 +263,8 @@ class SearchTrainer:
             metrics[f"{what}_skipped"] = 1.0
             return
         loss.backward()
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.config.max_grad_norm)
-        if not torch.isfinite(norm) or not all(torch.isfinite(g).all() for g in grads):
+        if not torch.isfinite(norm):  # the total norm is NaN/inf whenever any gradient entry is
             log.warning("iteration %d: %s gradient is not finite; update skipped", self.iteration, what)
             optimizer.zero_grad()
             metrics[f"{what}_skipped"] = 1.0

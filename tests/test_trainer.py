@@ -71,11 +71,11 @@ def test_grpo_raises_reward_and_changes_every_parameter(rl_model_dir, tmp_path):
 
 
 def test_mcts_trees_train_the_critic_and_its_error_on_new_nodes_falls(rl_model_dir, tmp_path):
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path, strategy="mcts", estimator="tree", iterations=5,
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, strategy="mcts", estimator="tree", iterations=5, lr=1e-3,
                                    critic=CriticConfig(lr=3e-3)), PROBLEMS, digit_fraction)
     history = trainer.run(progress=False)
-    errors = [m["critic_heldout_mse"] for m in history]
-    assert errors[-1] < 0.5 * errors[0], errors
+    errors = [m["critic_heldout_mse"] for m in history]  # measured on each iteration's new trees, before training
+    assert sum(errors[1:]) / 4 < 0.6 * errors[0], errors
     assert all(m["tree_nodes"] > 1 + 4 for m in history)  # real trees, not single samples
     # the trained critic guided the searches after the first iteration
     assert trainer._scorer(PROBLEMS[0]) is trainer.critic
@@ -121,7 +121,7 @@ def train_command(model_dir, out, iterations, *extra):
             "--model", str(model_dir), "--output_dir", str(out), "--iterations", str(iterations),
             "--prompts_per_iteration", "2", "--strategy", "mcts", "--samples_per_prompt", "4",
             "--step_max_tokens", "6", "--max_steps", "2", "--step_delimiter", " ", "--estimator", "tree",
-            "--lr", "3e-3", "--deterministic", "true", "--seed", "3", "--quiet", *extra]
+            "--lr", "3e-3", "--deterministic", "true", "--seed", "3", "--checkpoint_every", "1", "--quiet", *extra]
 
 
 def test_kill_minus_nine_then_resume_matches_an_uninterrupted_run(rl_model_dir, tmp_path):
