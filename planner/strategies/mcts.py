@@ -9,7 +9,11 @@ One round, batched so the policy stays busy:
    so the next selection of the round prefers other branches. A node is a leaf when it is terminal,
    has no (unpruned) children, or may widen: progressive widening (Coulom 2007; Chaslot et al. 2008)
    allows `num_candidates * max(1, floor(widening_c * N ** widening_alpha))` children
-   (`widening_c = 0` turns widening off).
+   (`widening_c = 0` turns widening off). Within a round a node already chosen for expansion
+   counts its `num_candidates` coming children (a virtual expansion, like the virtual loss), so
+   the round's other selections descend into its existing children instead of choosing it again:
+   with widening on, a round expands up to `leaves_per_round` distinct leaves (one large generate
+   call) rather than re-selecting the widening root.
 2. **expand** every distinct unfinished leaf with `num_candidates` sampled steps, all in one generate
    call (n = num_candidates). Priors are the softmax over siblings of each step's mean token
    log-probability divided by `prior_temperature` (length-normalised so long steps are not
@@ -79,10 +83,11 @@ class MCTSConfig(StepConfig):
         check_choice("MCTSConfig", "final", self.final, {"visits", "value"})
 
 
-def can_widen(tree: SearchTree, node: int, config: MCTSConfig) -> bool:
+def can_widen(tree: SearchTree, node: int, config: MCTSConfig, coming: int = 0) -> bool:
+    """Whether `node` may get more children; `coming` counts children already scheduled this round."""
     n = tree[node]
     allowed = config.num_candidates * max(1, math.floor(config.widening_c * n.visits ** config.widening_alpha))
-    return len(n.children) < allowed
+    return len(n.children) + coming < allowed
 
 
 def puct_score(tree: SearchTree, parent: int, child: int, c_puct: float, pending: Counter) -> float:
@@ -93,14 +98,19 @@ def puct_score(tree: SearchTree, parent: int, child: int, c_puct: float, pending
     return q + c_puct * tree[child].prior * math.sqrt(n_parent) / (1 + n_child)
 
 
-def select(tree: SearchTree, start: int, config: MCTSConfig, pending: Counter) -> int:
-    """Descend from `start` by PUCT to a node to expand (or a terminal node to revisit)."""
+def select(tree: SearchTree, start: int, config: MCTSConfig, pending: Counter,
+           coming: Counter | None = None) -> int:
+    """Descend from `start` by PUCT to a node to expand (or a terminal node to revisit).
+
+    `coming[node]`: children already scheduled below `node` this round (see `can_widen`).
+    """
+    coming = coming if coming is not None else Counter()
     node = start
     while True:
         if tree[node].terminal:
             return node
         children = [c for c in tree[node].children if not tree[c].pruned]
-        if not children or can_widen(tree, node, config):
+        if not children or can_widen(tree, node, config, coming[node]):
             return node
         node = max(children, key=lambda c: (puct_score(tree, node, c, config.c_puct, pending), -c))
 
@@ -146,9 +156,10 @@ def mcts(prompt_ids, policy, scorer, budget, config: MCTSConfig, seed: int) -> S
     resets = tree.meta.setdefault("resets", [])
     while simulations < config.num_simulations and not meter.exhausted():
         pending: Counter = Counter()
+        coming: Counter = Counter()  # children scheduled per node this round (virtual expansion)
         to_expand, to_revisit = [], []
         for _ in range(min(config.leaves_per_round, config.num_simulations - simulations)):
-            leaf = select(tree, start, config, pending)
+            leaf = select(tree, start, config, pending, coming)
             simulations += 1
             order.append(leaf)
             pending.update(tree.path(leaf))
@@ -156,6 +167,7 @@ def mcts(prompt_ids, policy, scorer, budget, config: MCTSConfig, seed: int) -> S
                 to_revisit.append(leaf)
             elif leaf not in to_expand:
                 to_expand.append(leaf)
+                coming[leaf] += config.num_candidates
         groups = expand(tree, to_expand, policy, config.step_sampling(config.num_candidates), seeds.next(),
                         config.max_steps) if to_expand else []
         for parent in to_expand:

@@ -1,0 +1,112 @@
+"""Compute-scaling curves: accuracy against generated tokens and FLOPs per strategy, budget and seed.
+
+    python scripts/scaling.py --model smollm2 --backend vllm --task gsm8k --limit 50 \
+        --strategies best_of_n budget_forcing --budget best_of_n=1,2,4,8,16 \
+        --budget budget_forcing=32,64,128,256 --seeds 0 1 --max_tokens 256 --out runs/scaling
+
+Writes results.csv (one row per strategy x budget x seed), summary.json, accuracy_vs_tokens.png and
+accuracy_vs_flops.png into --out. Everything here can be done from Python with `planner.scaling.run`
+(Snell et al. 2024's compute-optimal scaling curves); see that module for what "budget" means per
+strategy and how best-of-N is sub-sampled from one pass at the largest N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def _budget_epilog() -> str:
+    from planner.scaling import BUDGET_KNOBS, DEFAULT_BUDGETS
+
+    lines = ["budget of each strategy (its size knob) and its default budgets:"]
+    lines += [f"  {name}: {knob}, default {','.join(map(str, DEFAULT_BUDGETS[name]))}"
+              for name, knob in BUDGET_KNOBS.items()]
+    lines.append("  (budget_forcing also sets min_thinking_tokens = round(forcing_min_fraction * budget))")
+    from scripts.solve import strategy_options_help  # the one listing of strategy options, shared with solve.py
+
+    return "\n".join(lines) + "\n\n" + strategy_options_help().replace("--set NAME=VALUE", "--set STRATEGY.NAME=VALUE")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from planner.scaling import ScalingConfig
+    from rl.cli import add_dataclass_arguments
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_budget_epilog(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="output folder for results.csv, summary.json and the PNGs")
+    parser.add_argument("--budgets", type=int, nargs="+", metavar="B",
+                        help="budgets for every strategy that has no --budget of its own")
+    parser.add_argument("--budget", action="append", default=[], metavar="STRATEGY=B1,B2,...",
+                        help="budgets of one strategy, e.g. best_of_n=1,2,4,8,16 (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="STRATEGY.NAME=VALUE",
+                        help="a strategy config option, e.g. beam.beam_width=2; VALUE is a Python literal or a string")
+    parser.add_argument("--band", choices=["minmax", "std"], default="minmax",
+                        help="band around the seed mean in the plots: min-max or +-std (default: minmax)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_dataclass_arguments(parser, ScalingConfig, skip=("budgets", "options", "progress"))
+    return parser
+
+
+def _budgets(args, parser, strategies: list[str]) -> dict[str, list[int]]:
+    budgets = {name: list(args.budgets) for name in strategies} if args.budgets else {}
+    for item in args.budget:
+        name, sep, text = item.partition("=")
+        try:
+            values = [int(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            values = []
+        if not sep or not values:
+            parser.error(f"--budget expects STRATEGY=B1,B2,... with integer budgets; got {item!r}")
+        budgets[name] = values
+    return budgets
+
+
+def _options(pairs: list[str], parser) -> dict[str, dict]:
+    options: dict[str, dict] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        strategy, dot, name = key.partition(".")
+        if not sep or not dot or not strategy or not name:
+            parser.error(f"--set expects STRATEGY.NAME=VALUE; got {pair!r}")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        options.setdefault(strategy, {})[name] = value
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+
+    from planner.scaling import ScalingConfig, curve, load_inputs, run
+    from rl.cli import dataclass_from_args
+
+    strategies = getattr(args, "strategies", ScalingConfig().strategies)
+    try:
+        config = dataclass_from_args(ScalingConfig, args, budgets=_budgets(args, parser, strategies),
+                                     options=_options(args.set, parser), progress=not args.quiet)
+        inputs = load_inputs(config)
+    except (ValueError, FileNotFoundError, TypeError) as error:
+        parser.error(str(error))
+    rows = run(config, args.out, inputs=inputs, band=args.band)
+
+    print(f"{'strategy':>16} {'budget':>7} {'accuracy':>9} {'tokens/problem':>15} {'FLOPs/problem':>14}")
+    for strategy in config.strategies:
+        for p in curve(rows, strategy):
+            print(f"{strategy:>16} {p['budget']:>7} {p['accuracy_mean']:>9.3f} "
+                  f"{p['generated_tokens_per_problem_mean']:>15.1f} {p['flops_per_problem_mean']:>14.3g}")
+    print(f"wrote {Path(args.out) / 'results.csv'}, summary.json and the PNGs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

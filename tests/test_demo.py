@@ -1,0 +1,63 @@
+"""The demo pipeline at a tiny size: every stage runs and every artifact agrees with the CSVs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from planner.scaling import read_csv
+from rl.metrics import read_metrics
+from rl.recipe import TINY, run_demo
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    return out, run_demo(replace(TINY, output_dir=str(out), backend="hf"))
+
+
+def test_every_artifact_exists(demo):
+    out, summary = demo
+    for name in ("report.md", "summary.json", "accuracy_vs_tokens_before_after.png", "sft/config.json",
+                 "rl/metrics.csv", "rl/checkpoint/policy/config.json", "rl/checkpoint/critic/config.json"):
+        assert (out / name).is_file(), name
+    for phase in ("before_rl", "after_rl"):
+        for name in ("results.csv", "accuracy_vs_tokens.png", "accuracy_vs_flops.png"):
+            path = out / f"scaling_{phase}" / name
+            assert path.is_file() and path.stat().st_size > 0, path
+    assert (out / "accuracy_vs_tokens_before_after.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+
+
+def test_report_numbers_equal_the_csvs(demo):
+    out, summary = demo
+    for phase in ("before_rl", "after_rl"):
+        rows = read_csv(out / f"scaling_{phase}" / "results.csv")
+        table = summary[f"scaling_{phase}"]
+        assert {r["strategy"] for r in rows} == set(table) == {"best_of_n", "budget_forcing", "beam", "mcts"}
+        for r in rows:  # one seed in TINY: the table holds the CSV's numbers exactly
+            cell = table[r["strategy"]][str(r["budget"])]
+            assert cell["accuracy"] == pytest.approx(float(r["accuracy"]))
+            assert cell["tokens_per_problem"] == pytest.approx(float(r["generated_tokens_per_problem"]))
+    report = (out / "report.md").read_text()
+    assert f"| pass@1 | {summary['pass@1_before_rl']:.3f} | {summary['pass@1_after_rl']:.3f} |" in report
+    bon = summary["scaling_before_rl"]["best_of_n"]["2"]
+    assert f"| best_of_n | 2 | {bon['accuracy']:.3f} | {bon['tokens_per_problem']:.0f} |" in report
+    history = read_metrics(out / "rl")
+    assert [m["reward_mean"] for m in history] == [m["reward_mean"] for m in summary["rl_history"]]
+
+
+def test_demo_help_and_bad_option():
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--help"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0 and "--rl_iterations" in result.stdout and "--tiny" in result.stdout
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--no_such_option"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "unrecognized arguments: --no_such_option" in result.stderr

@@ -1,0 +1,277 @@
+"""planner.scaling (compute-scaling curves) and the scripts/scaling.py command line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.scaling import (CSV_COLUMNS, ScalingConfig, best_of_n_rows, curve, read_csv, run_scaling, summarize,
+                             tokens_to_reach, write_outputs)
+from planner.solve import solve
+from planner.strategies.common import choose_answer
+from verifiers.tasks import Problem
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "scaling.py"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def last_char(text: str) -> str | None:
+    text = text.strip()
+    return text[-1] if text else None
+
+
+def grade(text: str, problem: Problem) -> float:
+    """The toy task's verifier: the response's last character is the reference."""
+    return float(last_char(text) == problem.reference)
+
+
+# ---- best-of-N sub-sampling, worked by hand on a scripted policy --------------------------------------------
+# Continuations in sampling order (each ends with EOS, so a text of k characters is k + 1 tokens).
+SCRIPT_TABLE = {
+    "P": [("x7", 0, "stop"), ("3", 0, "stop"), ("yy3", 0, "stop"), ("7", 0, "stop"),
+          ("7", 0, "stop"), ("3", 0, "stop"), ("z3", 0, "stop"), ("3", 0, "stop")],
+    "Q": [("5", 0, "stop"), ("2", 0, "stop"), ("ab2", 0, "stop"), ("5", 0, "stop"),
+          ("5", 0, "stop"), ("5", 0, "stop"), ("2", 0, "stop"), ("9", 0, "stop")],
+}
+# P (reference 3): n=1 [7] -> 7 wrong; n=3 [7,3,3] -> 3 right; n=8 3 x5 vs 7 x3 -> 3 right.
+# Q (reference 5): n=1 [5] -> 5 right; n=3 [5,2,2] -> 2 wrong; n=8 5 x4 vs 2 x3 -> 5 right.
+# Generated tokens: P 3,2,4,2,2,2,3,2 and Q 2,2,4,2,2,2,2,2 -> first 1: 3+2, first 3: 9+8, all 8: 20+18.
+
+
+def test_best_of_n_rows_subsample_one_pass_by_hand(scripted_policy):
+    policy = scripted_policy(SCRIPT_TABLE)
+    problems = [Problem("p", "P", "3", "toy"), Problem("q", "Q", "5", "toy")]
+    rows = best_of_n_rows(problems, policy, grade, [8, 1, 3], seed=0, chat=False, extract=last_char)
+    assert [r["budget"] for r in rows] == [1, 3, 8]
+    assert [r["accuracy"] for r in rows] == [0.5, 0.5, 1.0]
+    assert [r["generated_tokens"] for r in rows] == [5, 17, 38]
+    assert policy.stats.calls == 2 and policy.stats.generated_tokens == 38  # one pass of N = 8 per problem
+    for row in rows:  # the prompt is counted once per problem at every n, and one call each
+        assert (row["prompt_tokens"], row["policy_calls"], row["problems"]) == (2, 2, 2)
+        assert row["flops"] == 2 * policy.num_parameters * (2 + row["generated_tokens"])  # nothing cached
+        assert row["generated_tokens_per_problem"] == row["generated_tokens"] / 2
+
+
+def test_best_of_n_rows_weighted_vote_and_scorer_compute(scripted_policy, table_scorer):
+    policy = scripted_policy(SCRIPT_TABLE)
+    texts = {text for rows in SCRIPT_TABLE.values() for text, _, _ in rows}
+    scorer = table_scorer({t: (0.9 if t in ("x7", "2") else 0.1) for t in texts}, policy, num_parameters=10)
+    problems = [Problem("p", "P", "3", "toy"), Problem("q", "Q", "5", "toy")]
+    rows = best_of_n_rows(problems, policy, grade, [1, 3, 8], seed=0, scorer=scorer, chat=False, extract=last_char,
+                          final="weighted")
+    # P: 7 weighs .9+.1+.1 (n=8) vs 3 x5 = .5 -> 7 wrong at every n; Q: n=1 5 right, n=3 2 (.9+.1) wrong,
+    # n=8 2 (.9+.1+.1 = 1.1) vs 5 (4 x .1 = .4) wrong
+    assert [r["accuracy"] for r in rows] == [0.5, 0.0, 0.0]
+    # scorer FLOPs = 2 x 10 x the prompt + response tokens of the first n leaves (P: 4,3,5,3,3,3,4,3; Q: 3,3,5,3,...)
+    assert [r["flops"] - 2 * policy.num_parameters * (2 + r["generated_tokens"]) for r in rows] == [
+        2 * 10 * (4 + 3), 2 * 10 * (4 + 3 + 5 + 3 + 3 + 5), 2 * 10 * (2 * 8 + 38)]
+    assert scorer.stats.calls == 2 and all(r["scorer_calls"] == 2 for r in rows)
+
+
+def test_best_of_n_subsample_matches_the_stored_samples(tiny_model_dir):
+    """On a real (tiny) model: each n's row equals the first n samples of the one stored pass at N."""
+    from planner.policy import load_policy
+
+    policy = load_policy(tiny_model_dir, backend="hf", threads=1)
+    problems = [Problem(f"t{i}", q, ref, "toy") for i, (q, ref) in enumerate([("ab", "a"), ("cd", "e")])]
+    budgets, seed = [1, 2, 4], 3
+    rows = best_of_n_rows(problems, policy, grade, budgets, seed, extract=last_char, max_tokens=12)
+    assert policy.stats.calls == len(problems)  # one sampling pass, not one per budget
+    assert policy.stats.generated_tokens == rows[-1]["generated_tokens"]
+    # the stored samples: the same search again (same seeds) gives the same tree
+    config = {"n": 4, "max_tokens": 12, "extract": last_char}
+    trees = [solve(p, policy, "best_of_n", seed=seed * 1_000_003 + i, **config).tree for i, p in enumerate(problems)]
+    from planner.strategies import make_config
+
+    settings = make_config("best_of_n", **config)
+    for row, n in zip(rows, budgets):
+        tokens = sum(len(t[leaf].token_ids) for t in trees for leaf in t[0].children[:n])
+        solved = [grade(t.response_text(choose_answer(t, t[0].children[:n], "majority", None, settings)[0]), p)
+                  for t, p in zip(trees, problems)]
+        assert row["generated_tokens"] == tokens
+        assert row["accuracy"] == sum(solved) / len(problems)
+    assert rows[0]["generated_tokens"] < rows[1]["generated_tokens"] < rows[2]["generated_tokens"]
+
+
+def test_batched_run_merges_the_problems_calls(tiny_model_dir):
+    """batched=True: one engine call per round for all problems (solve_batch), the same rows otherwise."""
+    from planner.policy import load_policy
+
+    policy = load_policy(tiny_model_dir, backend="hf", threads=1)
+    problems = [Problem(f"t{i}", q, ref, "toy") for i, (q, ref) in enumerate([("ab", "a"), ("cd", "e"), ("x", "1")])]
+    rows = best_of_n_rows(problems, policy, grade, [1, 4], seed=0, batched=True, extract=last_char, max_tokens=8)
+    assert policy.stats.calls == 1  # three problems' N = 4 samples in one merged generate call
+    assert rows[-1]["generated_tokens"] == policy.stats.generated_tokens
+    assert rows[-1]["prompt_tokens"] == policy.stats.prompt_tokens and rows[-1]["policy_calls"] == 3
+    assert rows[0]["wall_seconds"] == pytest.approx(rows[-1]["wall_seconds"] / 4)
+    config = ScalingConfig(model=str(tiny_model_dir), strategies=["budget_forcing"], budgets={"budget_forcing": [4]},
+                           seeds=[0], max_tokens=4, batched=True, progress=False)
+    before = policy.stats.calls
+    (row,) = run_scaling(config, policy, problems, grade, extract=last_char)
+    assert row["problems"] == 3 and policy.stats.calls - before < row["policy_calls"]  # calls were merged
+
+
+# ---- a whole run: CSV, PNGs, summary --------------------------------------------------------------------------
+def test_run_writes_csv_pngs_and_a_summary_of_means(tiny_model_dir, tmp_path):
+    from planner.policy import load_policy
+
+    policy = load_policy(tiny_model_dir, backend="hf", threads=1)
+    problems = [Problem(f"t{i}", q, ref, "toy") for i, (q, ref) in enumerate([("ab", "a"), ("cd", "e"), ("x", "1")])]
+    config = ScalingConfig(model=str(tiny_model_dir), strategies=["best_of_n", "budget_forcing", "beam"],
+                           budgets={"best_of_n": [1, 2, 4], "budget_forcing": [4, 8], "beam": [2]}, seeds=[0, 1],
+                           max_tokens=8, options={"budget_forcing": {"max_answer_tokens": 4},
+                                                  "beam": {"max_steps": 2, "max_step_tokens": 4}}, progress=False)
+    rows = run_scaling(config, policy, problems, grade, extract=last_char)
+    paths = write_outputs(rows, tmp_path / "out", config)
+
+    with open(paths["csv"], newline="") as f:
+        table = list(csv.DictReader(f))
+    assert tuple(table[0]) == CSV_COLUMNS
+    assert len(table) == (3 + 2 + 1) * 2  # strategies x budgets x seeds
+    assert {(r["strategy"], int(r["budget"]), int(r["seed"])) for r in table} == {
+        (s, b, seed) for s, bs in config.budgets.items() for b in bs for seed in (0, 1)}
+    assert all(int(r["problems"]) == 3 for r in table)
+    for name in ("accuracy_vs_tokens.png", "accuracy_vs_flops.png"):
+        data = (tmp_path / "out" / name).read_bytes()
+        assert len(data) > 1000 and data.startswith(PNG_MAGIC)
+
+    summary = json.loads(paths["summary"].read_text())
+    parsed = read_csv(paths["csv"])
+    for strategy, points in summary["curves"].items():
+        for point in points:
+            group = [r for r in parsed if r["strategy"] == strategy and r["budget"] == point["budget"]]
+            assert len(group) == 2
+            assert point["accuracy_mean"] == pytest.approx(sum(r["accuracy"] for r in group) / 2)
+            assert point["generated_tokens_per_problem_mean"] == pytest.approx(
+                sum(r["generated_tokens_per_problem"] for r in group) / 2)
+            assert point["flops_per_problem_mean"] == pytest.approx(sum(r["flops_per_problem"] for r in group) / 2)
+    best = max(p["accuracy_mean"] for p in summary["curves"]["best_of_n"])
+    assert summary["best_of_n_best_accuracy"] == best
+    assert summary["tokens_to_reach_best_of_n_best"]["best_of_n"] == tokens_to_reach(parsed, "best_of_n", best)
+    assert summary["config"]["budgets"] == config.budgets
+
+
+# ---- tokens_to_reach on a hand-made table ---------------------------------------------------------------------
+def _rows(strategy, points):
+    return [{"strategy": strategy, "budget": b, "seed": s, "accuracy": a, "generated_tokens_per_problem": t,
+             "flops_per_problem": 2.0 * t, "wall_seconds": 1.0} for b, s, a, t in points]
+
+
+HAND = (_rows("bon", [(1, 0, 0.1, 90), (1, 1, 0.3, 110),      # mean 0.2 at 100 tokens
+                      (4, 0, 0.6, 400), (4, 1, 0.6, 400),     # mean 0.6 at 400 tokens
+                      (8, 0, 0.5, 800), (8, 1, 0.7, 800)])    # mean 0.6 at 800 tokens
+        + _rows("bf", [(64, 0, 0.0, 70), (64, 1, 0.0, 70), (128, 0, 0.1, 140), (128, 1, 0.1, 140)]))
+
+
+def test_tokens_to_reach_on_a_hand_made_table():
+    assert tokens_to_reach(HAND, "bon", 0.2) == pytest.approx(100.0)  # the smallest budget already reaches it
+    assert tokens_to_reach(HAND, "bon", 0.1) == pytest.approx(100.0)
+    # 0.4 is halfway from 0.2 (100 tokens) to 0.6 (400 tokens): log-linear -> sqrt(100 * 400) = 200
+    assert tokens_to_reach(HAND, "bon", 0.4) == pytest.approx(200.0)
+    assert tokens_to_reach(HAND, "bon", 0.6) == pytest.approx(400.0)  # the first budget that reaches it
+    assert tokens_to_reach(HAND, "bon", 0.61) is None
+    assert tokens_to_reach(HAND, "bf", 0.2) is None
+    assert tokens_to_reach(HAND, "missing", 0.1) is None
+    points = curve(HAND, "bon")
+    assert [(p["budget"], p["accuracy_mean"], p["accuracy_min"], p["accuracy_max"]) for p in points] == [
+        (1, pytest.approx(0.2), 0.1, 0.3), (4, 0.6, 0.6, 0.6), (8, pytest.approx(0.6), 0.5, 0.7)]
+    assert "best_of_n_best_accuracy" not in summarize(HAND)  # no best-of-N curve to compare against
+    renamed = [{**r, "strategy": "best_of_n" if r["strategy"] == "bon" else r["strategy"]} for r in HAND]
+    summary = summarize(renamed)
+    assert summary["best_of_n_best_accuracy"] == pytest.approx(0.6)
+    assert summary["tokens_to_reach_best_of_n_best"] == {"best_of_n": pytest.approx(400.0), "bf": None}
+
+
+def test_config_rejects_bad_values_with_the_allowed_ones():
+    with pytest.raises(ValueError, match="strategies must be a non-empty list of .*'best_of_n'.*got \\['bogus'\\]"):
+        ScalingConfig(strategies=["bogus"])
+    with pytest.raises(ValueError, match="budgets given for strategies not run: \\['beam'\\]"):
+        ScalingConfig(budgets={"beam": [2]})
+    with pytest.raises(ValueError, match="budgets for best_of_n must be integers >= 1; got \\[0, 2\\]"):
+        ScalingConfig(budgets={"best_of_n": [0, 2]})
+    with pytest.raises(ValueError, match="BestOfNConfig has no option\\(s\\) \\['nope'\\]"):
+        ScalingConfig(options={"best_of_n": {"nope": 1}})
+    with pytest.raises(ValueError, match="BeamConfig.num_beams must be a multiple of beam_width=4; got 6"):
+        ScalingConfig(strategies=["beam"], budgets={"beam": [4, 6, 8]}, options={"beam": {"beam_width": 4}})
+    with pytest.raises(ValueError, match="needs a scorer"):
+        ScalingConfig(final="best")
+    beam = ScalingConfig(strategies=["beam"], budgets={"beam": [2, 6, 8]})
+    assert [beam.strategy_config("beam", b)["beam_width"] for b in (2, 6, 8)] == [2, 2, 4]
+    forcing = ScalingConfig(strategies=["budget_forcing"], forcing_min_fraction=0.25)
+    assert forcing.strategy_config("budget_forcing", 128)["min_thinking_tokens"] == 32
+
+
+# ---- the command line -----------------------------------------------------------------------------------------
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
+                          cwd=REPO)
+
+
+def test_cli_help_lists_every_option():
+    result = _cli("--help")
+    assert result.returncode == 0, result.stderr
+    from dataclasses import fields
+
+    skipped = {"budgets", "options", "progress"}
+    for name in [f.name for f in fields(ScalingConfig) if f.name not in skipped] + [
+            "out", "budgets", "budget", "set", "band", "quiet"]:
+        assert f"--{name} " in result.stdout or f"--{name}\n" in result.stdout, name
+    assert "best_of_n: n, default 1,2,4,8,16" in result.stdout
+
+
+def test_cli_errors_are_one_clear_line(tmp_path, tiny_model_dir):
+    missing = _cli("--model", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "no model folder at" in missing.stderr and "nowhere" in missing.stderr
+    bogus = _cli("--model", str(tiny_model_dir), "--strategies", "best_of_n", "bogus", "--out", str(tmp_path / "o"))
+    assert bogus.returncode == 2 and "Traceback" not in bogus.stderr
+    assert "strategies must be a non-empty list of" in bogus.stderr and "'bogus'" in bogus.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scaling_script", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_cli_smoke_run_on_a_task_file(tiny_model_dir, tmp_path, capsys):
+    data = tmp_path / "toy.jsonl"
+    lines = [json.dumps({"question": q, "answer": f"#### {a}"}) for q, a in [("1+1", 2), ("2+2", 4)]]
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert _script().main(["--model", str(tiny_model_dir), "--task", "gsm8k", "--path", str(data), "--offset", "1",
+                           "--budget", "best_of_n=1,2", "--seeds", "0", "3", "--max_tokens", "4", "--band", "std",
+                           "--quiet", "--out", str(out)]) == 0
+    rows = read_csv(out / "results.csv")
+    assert [(r["budget"], r["seed"], r["problems"]) for r in rows] == [(1, 0, 1), (2, 0, 1), (1, 3, 1), (2, 3, 1)]
+    assert json.loads((out / "summary.json").read_text())["config"]["offset"] == 1
+    assert (out / "accuracy_vs_flops.png").read_bytes().startswith(PNG_MAGIC)
+    assert "best_of_n       2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--path", "{tmp}/gone.jsonl"], "does not exist"),
+    (["--budget", "best_of_n=1,x"], "--budget expects STRATEGY=B1,B2,... with integer budgets; got 'best_of_n=1,x'"),
+    (["--set", "n=4"], "--set expects STRATEGY.NAME=VALUE; got 'n=4'"),
+    (["--set", "best_of_n.bogus=1"], "BestOfNConfig has no option(s) ['bogus']"),
+    (["--limit", "2", "--offset", "5000"], "no problems left with offset=5000, limit=2 (the task has 1319)"),
+    (["--scorer", "{tmp}/no-critic"], "scorer must be 'mc' or a critic / PRM folder with a config.json"),
+    (["--set", "beam.beam_width=2"], "options given for strategies not run: ['beam']"),
+])
+def test_cli_rejects_bad_options_before_loading_a_model(tiny_model_dir, tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        _script().main(["--model", str(tiny_model_dir), "--out", str(tmp_path / "o"),
+                     *[a.format(tmp=tmp_path) for a in args]])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
