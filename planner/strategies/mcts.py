@@ -27,7 +27,8 @@ One round, batched so the policy stays busy:
 
 Each selection counts as one simulation (a leaf selected twice in one round is expanded once).
 The answer is the terminal node reached by following the most-visited child from the root
-("visits"), or the terminal node of highest Q ("value").
+("visits"), or the terminal node of highest Q ("value"). When the budget ends before the chosen
+path finishes, its last node is completed with one sample to the end (counted in the compute).
 Early termination (`prune_below`): a new child whose value is below the threshold is pruned (and a
 node whose children are all pruned), and selection restarts from the best visited node.
 """
@@ -42,7 +43,7 @@ from typing import Literal
 
 from planner.scorers import default_extract
 from planner.strategies.common import (SearchResult, backup, check_choice, check_int, check_number, evaluate,
-                                       expand, finish_search, start_search)
+                                       complete, expand, finish_search, start_search)
 from planner.strategies.stepwise import StepConfig, best_visited_node
 from planner.tree import NO_PARENT, ROOT, SearchTree
 
@@ -189,6 +190,9 @@ def mcts(prompt_ids, policy, scorer, budget, config: MCTSConfig, seed: int) -> S
                 start = ROOT
     tree.meta["selection_order"] = order
     leaf = final_node(tree, config.final)
+    if leaf != ROOT and not tree[leaf].terminal:  # the budget ended before any response finished here
+        remaining = config.max_step_tokens * max(1, config.max_steps - tree[leaf].depth)
+        leaf = complete(tree, [leaf], policy, config.sampling(1, remaining), seeds.next())[0]
     answer = (config.extract or default_extract)(tree.response_text(leaf)) if leaf != ROOT else None
     return finish_search(tree, meter, leaf, answer)
 
