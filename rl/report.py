@@ -84,8 +84,8 @@ def write_report(summary: dict, out: Path) -> Path:
               f"- RL raises sampled pass@1 by at least 20 points: **{'met' if targets['rl_gain_at_least_20_points'] else 'not met'}**"
               f" ({summary['rl_gain_points']:+.1f} points).",
               f"- Beam or MCTS with the trained critic reaches best-of-N-majority's best accuracy with at least 4x fewer"
-              f" tokens: **{'met' if targets['critic_search_4x_fewer_tokens'] else 'not met'}** (best saving "
-              f"{_fmt(targets['critic_search_saving'], 2)}x).", "",
+              f" tokens: **{'met' if targets['critic_search_4x_fewer_tokens'] else 'not met'}** (best saving: "
+              f"{_fmt(targets['critic_search_saving'], 2)}{'x' if targets['critic_search_saving'] else ''}).", "",
               f"![accuracy vs tokens]({plot.name})", "",
               "Per-phase plots and CSVs: `scaling_before_rl/`, `scaling_after_rl/`; RL metrics: `rl/metrics.csv`.", ""]
     path = out / "report.md"
