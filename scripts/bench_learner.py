@@ -37,11 +37,9 @@ CONFIGS = {  # name -> what the row says
     "ours-grpo": "ours, GRPO, transformers backend",
     "trl-grpo": "TRL GRPOTrainer (transformers generate)",
     "ours-ppo": "ours, PPO (GAE + value critic), transformers backend",
-    "ours-grpo-fixed": "ours, GRPO, transformers, with the suggested trainer fixes (monkeypatched)",
     "ours-grpo-vllm": "ours, GRPO, vLLM backend (eager)",
-    "ours-grpo-vllm-fixed": "ours, GRPO, vLLM backend, with the suggested fixes (monkeypatched)",
 }
-SHORT = {"ours-grpo": "ours GRPO", "ours-grpo-fixed": "ours GRPO + fixes", "ours-ppo": "ours PPO",
+SHORT = {"ours-grpo": "ours GRPO", "ours-ppo": "ours PPO",
          "trl-grpo": "TRL GRPO"}
 
 
@@ -127,41 +125,6 @@ class PhaseTimer:
         setattr(owner, name, timed)
 
 
-def apply_fixes(trainer) -> None:
-    """The changes suggested for rl/trainer.py, applied from outside so their effect can be measured:
-    1. generate all P prompts in one engine call (flat strategies) instead of one call per prompt;
-    2. on-policy (epochs = minibatches = 1, weights in sync): take the behaviour log-probabilities as
-       old_logp instead of a second no-grad forward of the learner;
-    3. no entropy over (B, L, V) when entropy_coef = 0."""
-    import torch
-
-    import rl.trainer as T
-    from planner.policy import SamplingParams
-
-    engine, grow = trainer.engine, trainer.grow_trees
-
-    def grow_batched(problems, seed):
-        c = trainer.config
-        prompts = [engine.encode_prompt(p.question) for p in problems]
-        groups = engine.generate(prompts, SamplingParams(n=c.samples_per_prompt, temperature=c.temperature,
-                                                         max_tokens=c.max_tokens, seed=seed))
-        queue = list(groups)
-        engine._generate = lambda _prompts, _params, _seed: ([queue.pop(0)], 0)  # hand out the prefetched groups
-        try:
-            return grow(problems, seed)
-        finally:
-            del engine._generate
-    trainer.grow_trees = grow_batched
-
-    token_logprobs = T.token_logprobs
-
-    def fast_token_logprobs(model, batch, with_entropy=False):
-        if model is trainer.learner and not torch.is_grad_enabled():
-            return batch.old_logprobs.clone(), None
-        return token_logprobs(model, batch, with_entropy=with_entropy and trainer.config.loss.entropy_coef != 0)
-    T.token_logprobs = fast_token_logprobs
-
-
 def run_ours(args, name: str) -> dict:
     import torch
 
@@ -184,8 +147,6 @@ def run_ours(args, name: str) -> dict:
     start = time.perf_counter()
     trainer = T.SearchTrainer(config, problems, lambda text, problem: reward_text(text))
     startup = time.perf_counter() - start
-    if name == "ours-grpo-fixed":
-        apply_fixes(trainer)
     phases = PhaseTimer()
     phases.wrap(trainer, "grow_trees", "search (generate + reward)")
     phases.wrap(T, "token_logprobs", lambda *a, **k: "learner forward (with grad)" if torch.is_grad_enabled()
@@ -224,19 +185,6 @@ def run_ours(args, name: str) -> dict:
               "startup_s": startup,
               "response_length": statistics.mean(lengths),
               "phases": {k: v / len(times) for k, v in phases.seconds.items()}, "profile": profile_text}
-    if name == "ours-grpo-vllm":  # the fixes on the same engine: a second engine start would cost minutes
-        apply_fixes(trainer)
-        fixed, fixed_cpu = [], []
-        for i in range(total):
-            if i == args.warmup:
-                phases.seconds.clear()
-            start, cpu_start = time.perf_counter(), tree_cpu()
-            trainer.step()
-            if i >= args.warmup:
-                fixed.append(time.perf_counter() - start)
-                fixed_cpu.append(tree_cpu() - cpu_start)
-        result.update(times_fixed=fixed, cpu_times_fixed=fixed_cpu,
-                      phases_fixed={k: v / len(fixed) for k, v in phases.seconds.items()})
     trainer.engine.close()
     return result
 
@@ -343,7 +291,6 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations per process")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of the transformers configurations")
     parser.add_argument("--no-vllm", action="store_true", help="leave out the vLLM configuration")
-    parser.add_argument("--no-fixed", action="store_true", help="leave out the monkeypatched-fixes configuration")
     parser.add_argument("--no-profile", dest="profile", action="store_false",
                         help="no cProfile of our last GRPO iteration")
     parser.add_argument("--no-doc", action="store_true", help="print the table only; leave docs/benchmarks.md")
@@ -358,7 +305,7 @@ def main() -> None:
     from benchdoc import machine_line, update_section
 
     began = time.perf_counter()
-    order = ["ours-grpo", "trl-grpo", "ours-ppo"] + ([] if args.no_fixed else ["ours-grpo-fixed"])
+    order = ["ours-grpo", "trl-grpo", "ours-ppo"]
     results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-learner-") as tmp:
         args.workdir = tmp
@@ -373,10 +320,6 @@ def main() -> None:
             results["ours-grpo-vllm"] = [launch(args, "ours-grpo-vllm")]
     elapsed = time.perf_counter() - began
 
-    if "ours-grpo-vllm" in results:
-        run = results["ours-grpo-vllm"][0]
-        results["ours-grpo-vllm-fixed"] = [{"times": run["times_fixed"], "cpu_times": run["cpu_times_fixed"],
-                                            "peak_rss_mb": run["peak_rss_mb"], "phases": run["phases_fixed"]}]
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_total = children.ru_utime + children.ru_stime  # every process the benchmark started, vLLM's included
 
@@ -425,12 +368,7 @@ def main() -> None:
                  f"Peak memory not above TRL's: {verdict(ours_mb <= trl_mb)} ({ours_mb:,.0f} vs {trl_mb:,.0f} MB). "
                  f"Whole benchmark under 10 min: {verdict(elapsed < 600)} in wall time ({elapsed / 60:.1f} min), "
                  f"{verdict(cpu_total < 2 * 600)} in CPU time on 2 cores ({cpu_total / 60:.1f} CPU min).")
-    if "ours-grpo-fixed" in results:
-        fixed_s, fixed_cpu = summary("ours-grpo-fixed")[:2]
-        lines.append(f"- With the suggested trainer fixes (one generate call for all prompts, no second no-grad "
-                     f"forward on-policy, no entropy when its coefficient is 0): {fixed_cpu:.2f} CPU s = "
-                     f"{fixed_cpu / trl_cpu:.2f}x TRL ({fixed_s / trl_s:.2f}x in wall time).")
-    columns = [n for n in ("ours-grpo", "ours-grpo-fixed", "ours-ppo", "trl-grpo") if n in results]
+    columns = [n for n in ("ours-grpo", "ours-ppo", "trl-grpo") if n in results]
     phase_means = {n: {} for n in columns}
     for n in columns:
         for run in results[n]:
