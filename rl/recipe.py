@@ -109,18 +109,16 @@ def _scaling(policy, problems, task, config: DemoConfig, scorer, phase: str, out
 
 
 def _tokens_to_bon_best(rows: list[dict]) -> dict:
-    """Per strategy: tokens per problem to reach best-of-N-majority's best accuracy, and the saving."""
-    from planner.scaling import curve, tokens_to_reach
+    """Per strategy: tokens per problem to reach best-of-N-majority's best accuracy, and the saving
+    (from `planner.scaling.summarize`, which computes both)."""
+    from planner.scaling import summarize
 
-    bon = curve(rows, "best_of_n")
-    best = max(p["accuracy_mean"] for p in bon)
-    bon_tokens = min(p["x_mean"] for p in bon if p["accuracy_mean"] >= best)
-    out = {"best_of_n_best_accuracy": best, "best_of_n_tokens_at_best": bon_tokens, "strategies": {}}
-    for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        tokens = tokens_to_reach(rows, strategy, best)
-        out["strategies"][strategy] = {"tokens_per_problem": tokens,
-                                       "fewer_tokens_than_best_of_n": (bon_tokens / tokens) if tokens else None}
-    return out
+    summary = summarize(rows)
+    reach = summary["tokens_to_reach_best_of_n_best"]
+    bon_tokens = reach["best_of_n"]
+    return {"best_of_n_best_accuracy": summary["best_of_n_best_accuracy"], "best_of_n_tokens_at_best": bon_tokens,
+            "strategies": {s: {"tokens_per_problem": t, "fewer_tokens_than_best_of_n": (bon_tokens / t) if t else None}
+                           for s, t in reach.items()}}
 
 
 def run_demo(config: DemoConfig = DemoConfig()) -> dict:
@@ -207,14 +205,11 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict:
 
 def _accuracy_table(rows: list[dict]) -> dict:
     """{strategy: {budget: {"accuracy": seed mean, "tokens_per_problem": seed mean}}}."""
-    table: dict = {}
-    for r in rows:
-        cell = table.setdefault(r["strategy"], {}).setdefault(str(r["budget"]), {"accuracy": [], "tokens": []})
-        cell["accuracy"].append(float(r["accuracy"]))
-        cell["tokens"].append(float(r["generated_tokens_per_problem"]))
-    return {s: {b: {"accuracy": sum(c["accuracy"]) / len(c["accuracy"]),
-                    "tokens_per_problem": sum(c["tokens"]) / len(c["tokens"])} for b, c in budgets.items()}
-            for s, budgets in table.items()}
+    from planner.scaling import curve
+
+    return {s: {str(p["budget"]): {"accuracy": p["accuracy_mean"], "tokens_per_problem": p["x_mean"]}
+                for p in curve(rows, s)}
+            for s in dict.fromkeys(r["strategy"] for r in rows)}
 
 
 def _targets(summary: dict) -> dict:
