@@ -15,6 +15,7 @@ Step scores along a path are combined by an aggregation from `AGGREGATIONS` (sea
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -101,6 +102,15 @@ class Scorer(ABC):
 
     def reset(self, seed: int) -> None:
         """Called at the start of each search: reseed and drop per-problem caches (default: nothing)."""
+
+    def for_search(self, policy) -> "Scorer":
+        """This scorer for one of several searches that run interleaved over a shared engine
+        (`planner.solve.solve_batch`, the trainer): a shallow copy with its own `stats` (and, once
+        `reset`, its own per-search state), so that each search's compute counts only its own
+        scoring. `policy` is that search's view of the engine (see `MonteCarloScorer.for_search`)."""
+        twin = copy.copy(self)
+        twin.stats = ComputeStats()
+        return twin
 
 
 def _response(prefix: list[int], prompt_len: int | None) -> list[int]:
@@ -219,6 +229,14 @@ class MonteCarloScorer(Scorer):
         self.equivalent = equivalent or (default_verify if reference is not None else same_answer)
         self.is_oracle = reference is not None
         self.reset(seed)
+
+    def for_search(self, policy) -> "MonteCarloScorer":
+        """Also roll out through the search's view of the engine when it serves this scorer's policy:
+        the rollouts then join the merged engine calls and count in that search's generated tokens."""
+        twin = super().for_search(policy)
+        if getattr(policy, "shared_policy", None) is self.policy:
+            twin.policy = policy
+        return twin
 
     def reset(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)

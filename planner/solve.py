@@ -106,8 +106,10 @@ def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scor
     and generated tokens exactly, prompt-cache hits shared out in proportion to prompt tokens, and
     the merged call's seconds. Results are deterministic but differ from solving the problems one
     by one (a merged call draws from one seed derived from the searches' seeds). A `scorer` passed
-    in is shared by the interleaved searches (never called concurrently); with batched=False the
-    problems are searched one after another, exactly as `solve` would.
+    in is copied per search (`Scorer.for_search`): each copy counts only its own search's scoring,
+    and a Monte-Carlo scorer over `policy` rolls out through the search's view of the engine, so its
+    rollouts join the merged calls and count in that search's generated tokens. With batched=False
+    the problems are searched one after another, exactly as `solve` would.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}; got {strategy!r}")
@@ -120,6 +122,7 @@ def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scor
 
 
 def _solve_on(view, *, problem, strategy, scorer, budget, seed, options) -> Solution:
+    scorer = scorer.for_search(view) if scorer is not None else None
     return solve(problem, view, strategy, scorer, budget, seed=seed, **options)
 
 
@@ -128,6 +131,8 @@ class _PolicyView:
 
     def __init__(self, engine: "_MergedCalls", index: int) -> None:
         self._engine, self._index = engine, index
+        self.shared_policy = engine.policy
+        """The engine this view serves from (`Scorer.for_search` rebinds rollout scorers to the view)."""
         self.stats = ComputeStats()
 
     def __getattr__(self, name):  # everything else (tokenizer, decode, num_parameters, ...) is the policy's

@@ -81,6 +81,24 @@ def test_solve_batch_seeds_each_problem(scripted_policy):
     assert [policy.decode(s.tree.prompt_ids) for s in solutions] == ["A\n", "B\n"]
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_solve_batch_counts_a_shared_rollout_scorer_in_each_search(scripted_policy, batched):
+    """A Monte-Carlo scorer passed to solve_batch samples with the policy: its rollouts must count in
+    the generated tokens of the search that asked for them, and its calls in that search only."""
+    policy = scripted_policy(Endless())
+    scorer = MonteCarloScorer(policy, rollouts=2, max_tokens=8, extract=first_digit)
+    before = policy.stats.copy()
+    # one MCTS round each: the root's two children are scored in one scorer call, then completed
+    solutions = solve_batch(["A", "B", "C"], policy, "mcts", scorer, seed=0, batched=batched, num_simulations=2,
+                            leaves_per_round=2, num_candidates=2, step_delimiter="\n\n", max_steps=3,
+                            extract=first_digit)
+    spent = policy.stats - before
+    assert sum(s.compute.generated_tokens for s in solutions) == spent.generated_tokens
+    rollouts = sum(len(s.tree) for s in solutions)  # every search rolled out beyond its tree's own steps
+    assert spent.generated_tokens > rollouts
+    assert [s.compute.scorer_calls for s in solutions] == [1, 1, 1]
+
+
 def load_script():
     spec = importlib.util.spec_from_file_location("solve_script", SCRIPT)
     module = importlib.util.module_from_spec(spec)
