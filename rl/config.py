@@ -91,6 +91,12 @@ class TrainConfig:
     minibatches: int = 1
     """Minibatches per epoch; whole groups (prompts) go to one minibatch, so prompts_per_iteration
     must be divisible by it."""
+    old_logprobs: Literal["learner", "engine"] = "learner"
+    """Log-probabilities of the behaviour policy in the importance ratio: "learner" recomputes them
+    with the learner before the update (exact whatever the engine's precision; free with one epoch
+    of one minibatch, else one more forward over the batch), "engine" reuses those the engine
+    returned while sampling (no forward; equal to the learner's when both run the same weights in
+    float32, as on CPU: the logged engine_learner_logprob_gap is then ~1e-5)."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm."""
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
@@ -143,6 +149,8 @@ class TrainConfig:
             _fail("TrainConfig", "lr", "a number > 0", self.lr)
         if not self.temperature > 0:
             _fail("TrainConfig", "temperature", "a number > 0 (training samples)", self.temperature)
+        if self.old_logprobs not in ("learner", "engine"):
+            _fail("TrainConfig", "old_logprobs", "one of ['engine', 'learner']", self.old_logprobs)
         if self.kl_placement not in ("loss", "reward"):
             _fail("TrainConfig", "kl_placement", "one of ['loss', 'reward']", self.kl_placement)
         if self.kl_reward_coef < 0:

@@ -45,6 +45,7 @@ SYNC_TOLERANCE = 1e-3
 
 
 def _search(strategy, prompt_ids, policy, *, scorer, config, seed):
+    scorer = scorer.for_search(policy) if scorer is not None else None  # its own compute record
     return strategy(prompt_ids, policy, scorer, None, config, seed)
 
 
@@ -220,11 +221,17 @@ class SearchTrainer:
         """K epochs of minibatch updates of policy and critic on one iteration's rows."""
         c = self.config
         metrics: dict[str, float] = {}
-        # With one epoch of one minibatch the learner's pre-update log-probabilities come out of the
-        # update's own forward pass (as TRL does), saving a forward over the whole batch.
-        single_pass = c.epochs == 1 and c.minibatches == 1 and not (c.kl_placement == "reward" and self.reference is not None)
+        # The pre-update log-probabilities: the engine's own (old_logprobs="engine": no extra forward),
+        # or the learner's, which with one epoch of one minibatch come out of the update's own forward
+        # pass (as TRL does) and otherwise need a forward over the whole batch.
+        from_engine = c.old_logprobs == "engine"
+        single_pass = (not from_engine and c.epochs == 1 and c.minibatches == 1
+                       and not (c.kl_placement == "reward" and self.reference is not None))
         with torch.no_grad():
-            old_logp = None if single_pass else token_logprobs(self.learner, batch)[0]
+            if from_engine:
+                old_logp = batch.old_logprobs
+            else:
+                old_logp = None if single_pass else token_logprobs(self.learner, batch)[0]
             ref_logp = token_logprobs(self.reference, batch)[0] if self.reference is not None else None
             old_values = (self.critic.token_values(batch.input_ids, batch.attention_mask)
                           if self.critic is not None else torch.zeros_like(batch.old_logprobs))
@@ -249,6 +256,8 @@ class SearchTrainer:
                 if old_logp is None:  # single pass: mb is the whole batch, in order
                     old_logp = logp.detach()
                     self._check_sync(old_logp, batch, metrics)
+                elif from_engine and "engine_learner_logprob_gap" not in metrics:  # before the first step
+                    self._check_sync(logp.detach(), mb, metrics)
                 loss, m = policy_loss(logp, old_logp[idx], adv[idx], mb.response_mask, loss_config,
                                       ref_logp=ref_logp[idx] if ref_logp is not None and loss_config.kl_coef > 0
                                       else None, entropy=entropy)

@@ -89,6 +89,25 @@ def test_ppo_with_gae_runs_and_fits_the_value(rl_model_dir, tmp_path):
     assert history[-1]["value_loss"] < history[0]["value_loss"]
 
 
+def test_engine_logprobs_as_old_logprobs_give_the_same_update(rl_model_dir, tmp_path):
+    """old_logprobs="engine" skips the learner's no-grad forward; on CPU float32 the engine's
+    log-probabilities equal the learner's, so two minibatch steps land on the same weights."""
+    weights, gaps = [], []
+    for source in ("learner", "engine"):
+        trainer = SearchTrainer(config(rl_model_dir, tmp_path / source, iterations=1, minibatches=2,
+                                       old_logprobs=source, critic=CriticConfig(enabled=False)), PROBLEMS,
+                                digit_fraction)
+        metrics = trainer.step()
+        gaps.append(metrics["engine_learner_logprob_gap"])
+        weights.append(torch.cat([p.detach().flatten() for p in trainer.learner.parameters()]))
+    assert max(gaps) < 1e-4
+    before = torch.cat([p.detach().flatten() for p in
+                        SearchTrainer(config(rl_model_dir, tmp_path / "fresh", critic=CriticConfig(enabled=False)),
+                                      PROBLEMS, digit_fraction).learner.parameters()])
+    assert (weights[0] - before).abs().max() > 1e-4  # the update moved the weights
+    assert torch.allclose(weights[0], weights[1], atol=1e-5)
+
+
 def test_nan_loss_skips_the_update_without_changing_weights(rl_model_dir, tmp_path, caplog):
     trainer = SearchTrainer(config(rl_model_dir, tmp_path, iterations=1, critic=CriticConfig(enabled=False)),
                             PROBLEMS, lambda text, p: float("nan"))
@@ -104,6 +123,7 @@ def test_nan_loss_skips_the_update_without_changing_weights(rl_model_dir, tmp_pa
     ({"estimator": "ppo2"}, r"estimator must be one of \[.*'grpo'.*\]; got 'ppo2'"),
     ({"minibatches": 3}, r"not divisible into minibatches=3"),
     ({"strategy": "dfs"}, r"strategy must be one of"),
+    ({"old_logprobs": "cache"}, r"old_logprobs must be one of \['engine', 'learner'\]; got 'cache'"),
     ({"estimator": "gae", "critic": CriticConfig(enabled=False)}, r"'gae' needs the critic"),
 ])
 def test_bad_configs_raise_one_clear_error(changes, message, tmp_path):
