@@ -74,17 +74,24 @@ def test_sequential_mcts_matches_hand_computation(scripted_policy, table_scorer,
 def test_batched_round_uses_virtual_loss(scripted_policy, table_scorer, check_golden):
     result = run(scripted_policy, table_scorer, num_simulations=4, leaves_per_round=2)
     tree = result.tree
-    # round 1: both selections reach the unexpanded root; it is expanded once: a=0.6, b=0.4; root N=2
-    # round 2, selection 1: a (1.0233) > b (0.6838) -> a (unexpanded). Virtual loss: root N=3, a N=2 W=0.6
-    #   selection 2: sqrt(3)=1.73205: a 0.6/2+0.598688*1.73205/3=0.6457 < b 0.4+0.401312*1.73205/2=0.7475 -> b
-    #   a and b expand in one generate call (2 prompts, n=2) and are scored in one scorer call.
-    assert tree.meta["selection_order"] == [ROOT, ROOT, 1, 2]
-    assert stats(tree) == {"root": (6, 3.2), "a\n\n": (3, 1.0), "b\n\n": (3, 2.2), "a\n\nx": (1, 0.3),
-                           "a\n\ny": (1, 0.1), "b\n\nz": (1, 1.0), "b\n\nw": (1, 0.8)}
+    # round 1: both selections reach the bare root; the second asks for 2 more steps, so the root is
+    #   expanded with 4 in one call ("Q" twice, n=2; the script cycles a, b, a, b): nodes 1 a, 2 b,
+    #   3 a, 4 b. Priors: softmax(-0.1, -0.5, -0.1, -0.5) = 0.299344 (a), 0.200656 (b). Values a=0.6,
+    #   b=0.4; root N=4 W=2.0
+    assert [tree[c].prior for c in tree[ROOT].children] == pytest.approx([0.299344, 0.200656] * 2, abs=1e-6)
+    # round 2, selection 1: sqrt(4)=2: a 0.6+0.299344*2/2=0.8993 (1 and 3 tie; the lower index wins)
+    #   > b 0.4+0.200656=0.6007 -> 1 (unexpanded). Virtual loss: root N=5, node 1 N=2 W=0.6
+    #   selection 2: sqrt(5)=2.23607: 1 0.6/2+0.299344*2.23607/3=0.5231 < 3 0.6+0.299344*2.23607/2=0.9347
+    #   (b 0.4+0.200656*2.23607/2=0.6243) -> 3
+    #   1 and 3 expand in one generate call (2 prompts, n=2): 5 x, 6 y under 1, 7 x, 8 y under 3,
+    #   scored in one scorer call: 1 and 3 each N=3 W=0.6+0.3+0.1=1.0; root N=8 W=2.0+0.8=2.8
+    assert tree.meta["selection_order"] == [ROOT, ROOT, 1, 3]
+    assert [(tree[i].visits, round(tree[i].value_sum, 6)) for i in range(len(tree))] == [
+        (8, 2.8), (3, 1.0), (1, 0.4), (3, 1.0), (1, 0.4), (1, 0.3), (1, 0.1), (1, 0.3), (1, 0.1)]
+    assert [tree.response_text(i) for i in range(5, 9)] == ["a\n\nx", "a\n\ny"] * 2
     assert result.compute.policy_calls == 2 and result.compute.scorer_calls == 2
-    # answer by visits: a and b tie at N=3, b has the higher Q (0.733 > 0.333); then z and w tie at
-    # N=1 and z has the higher Q
-    assert result.answer == "z"
+    # answer by visits: 1 and 3 tie at N=3 and Q 0.6 -> the lower index, 1; then x (N=1, 0.3) over y
+    assert (result.leaf, result.answer) == (5, "x")
     check_golden(tree, "mcts_batched.json")
 
 

@@ -13,19 +13,23 @@ One round, batched so the policy stays busy:
    counts its `num_candidates` coming children (a virtual expansion, like the virtual loss), so
    the round's other selections descend into its existing children instead of choosing it again:
    with widening on, a round expands up to `leaves_per_round` distinct leaves (one large generate
-   call) rather than re-selecting the widening root.
-2. **expand** every distinct unfinished leaf with `num_candidates` sampled steps, all in one generate
-   call (n = num_candidates). Priors are the softmax over siblings of each step's mean token
-   log-probability divided by `prior_temperature` (length-normalised so long steps are not
-   penalised), recomputed over all siblings after widening.
+   call) rather than re-selecting the widening root. A selection that still reaches a leaf chosen
+   earlier in the round (one with no children yet to descend into: every selection of the first
+   round reaches the bare root) asks for `num_candidates` more steps below it instead of being
+   wasted, so the first round expands the root with `leaves_per_round * num_candidates` steps.
+2. **expand** every unfinished leaf with `num_candidates` sampled steps per selection that reached
+   it, all in one generate call (n = num_candidates; the leaf's prompt repeated per selection).
+   Priors are the softmax over siblings of each step's mean token log-probability divided by
+   `prior_temperature` (length-normalised so long steps are not penalised), recomputed over all
+   siblings after widening.
 3. **evaluate** the new children in one scorer call (terminal ones by `terminal_reward` instead,
    when given: training only).
 4. **backup**: each new child gets one visit with its value, and so does each of its ancestors
    (so a node's N is 1 + the sum of its children's N, the root's just the sum, and Q is the mean of
-   every value evaluated below). A
-   selected terminal leaf is not expanded: its value is backed up again.
+   every value evaluated below). A selected terminal leaf is not expanded: its value is backed up
+   again.
 
-Each selection counts as one simulation (a leaf selected twice in one round is expanded once).
+Each selection counts as one simulation.
 The answer is the terminal node reached by following the most-visited child from the root
 ("visits"), or the terminal node of highest Q ("value"). When the budget ends before the chosen
 path finishes, its last node is completed with one sample to the end (counted in the compute).
@@ -166,12 +170,12 @@ def mcts(prompt_ids, policy, scorer, budget, config: MCTSConfig, seed: int) -> S
             pending.update(tree.path(leaf))
             if tree[leaf].terminal:
                 to_revisit.append(leaf)
-            elif leaf not in to_expand:
+            else:  # a leaf selected again this round asks for num_candidates more (see the docstring)
                 to_expand.append(leaf)
                 coming[leaf] += config.num_candidates
         groups = expand(tree, to_expand, policy, config.step_sampling(config.num_candidates), seeds.next(),
                         config.max_steps) if to_expand else []
-        for parent in to_expand:
+        for parent in dict.fromkeys(to_expand):
             set_priors(tree, parent, config.prior_temperature)
         new = [c for group in groups for c in group]
         values = evaluate(tree, new, scorer, config.terminal_reward)
