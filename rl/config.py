@@ -66,6 +66,9 @@ class TrainConfig:
     "beam" = step-level beam search, "mcts" = PUCT tree search; all leaves become training rows."""
     samples_per_prompt: int = 8
     """G for "sample"/"best_of_n"; beam width for "beam"; simulations for "mcts"."""
+    mcts_candidates: int = 4
+    """Steps sampled per MCTS expansion (MCTSConfig.num_candidates, k); the first round expands the
+    root with 4 * k (one k per selection of the round)."""
     max_tokens: int = 128
     """Most tokens per response (per step for step-level strategies, see step_max_tokens)."""
     step_delimiter: str = "\n"
@@ -137,8 +140,8 @@ class TrainConfig:
             _fail("TrainConfig", "estimator", f"one of {sorted(ADVANTAGE_ESTIMATORS)}", self.estimator)
         if self.estimator == "gae" and not self.critic.enabled:
             raise ValueError("TrainConfig.estimator='gae' needs the critic: set critic.enabled=True")
-        for name in ("iterations", "prompts_per_iteration", "samples_per_prompt", "max_tokens", "step_max_tokens",
-                     "max_steps", "epochs", "minibatches", "threads", "checkpoint_every"):
+        for name in ("iterations", "prompts_per_iteration", "samples_per_prompt", "mcts_candidates", "max_tokens",
+                     "step_max_tokens", "max_steps", "epochs", "minibatches", "threads", "checkpoint_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 _fail("TrainConfig", name, "an integer >= 1", value)

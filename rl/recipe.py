@@ -175,8 +175,8 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict:
     train_config = TrainConfig(
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
         prompts_per_iteration=config.rl_prompts, strategy="mcts", samples_per_prompt=config.rl_simulations,
-        max_tokens=max_tokens, step_delimiter=STEP_DELIMITER, step_max_tokens=16, max_steps=8, temperature=1.0,
-        estimator=config.rl_estimator, lr=config.rl_lr, minibatches=config.rl_minibatches,
+        mcts_candidates=2, max_tokens=max_tokens, step_delimiter=STEP_DELIMITER, step_max_tokens=16, max_steps=8,
+        temperature=1.0, estimator=config.rl_estimator, lr=config.rl_lr, minibatches=config.rl_minibatches,
         old_logprobs="engine", seed=config.seed, critic=CriticConfig(lr=1e-3))
     trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract)
     history = trainer.run(progress=config.progress)

@@ -119,7 +119,8 @@ class SearchTrainer:
         if c.strategy == "beam":
             width = max(w for w in (1, 2, 3, 4) if c.samples_per_prompt % w == 0)  # beams per parent
             return "beam", make_config("beam", num_beams=c.samples_per_prompt, beam_width=width, **steps, **common)
-        return "mcts", make_config("mcts", num_simulations=c.samples_per_prompt, **steps, **common,
+        return "mcts", make_config("mcts", num_simulations=c.samples_per_prompt, num_candidates=c.mcts_candidates,
+                                   **steps, **common,
                                    terminal_reward=lambda text: self.reward_fn(text, problem))
 
     def _scorer(self, problem):
