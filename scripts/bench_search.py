@@ -1,7 +1,7 @@
 """Generated tokens/s inside each search strategy against raw `Policy.generate`, side by side.
 
     python scripts/bench_search.py                       # tiny model, hf and vllm; table into docs/benchmarks.md
-    python scripts/bench_search.py --models tiny smollm2 # adds SmolLM2-135M (a second, smaller run)
+    python scripts/bench_search.py --models smollm2 --repeats 1  # SmolLM2-135M: its own section
     python scripts/bench_search.py --backends hf --no-doc --profile
 
 For each strategy the search runs over the same problems with a cheap scorer (a hash of the prefix
@@ -180,7 +180,7 @@ def bench_backend(name: str, backend: str, folder: Path, args, rows: list, profi
     start = time.perf_counter()
     policy = load_policy(folder, backend=backend, **kwargs)
     startup = time.perf_counter() - start
-    problems = [PROBLEM.format(a=17 * i + 3, b=29 * i + 11, c=i + 2) for i in range(work.problems)]
+    problems = [PROBLEM.format(a=17 * i + 3, b=29 * i + 11, c=i + 2) for i in range(args.problems or work.problems)]
     prompts = [policy.encode_prompt(p) for p in problems]
     policy.generate(prompts[:2], policy_params(8))  # warm-up
     modes = [False] + ([True] if supports_batched() and not args.sequential_only else [])
@@ -280,6 +280,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=sorted(WORKLOADS), default=["tiny"])
     parser.add_argument("--backends", nargs="+", choices=["hf", "vllm"], default=["hf", "vllm"])
     parser.add_argument("--strategies", nargs="+", default=["best_of_n", "beam", "mcts", "budget_forcing"])
+    parser.add_argument("--problems", type=int, default=None,
+                        help="problems searched per run (default: the model's workload, 4 for tiny, 2 for smollm2)")
     parser.add_argument("--repeats", type=int, default=2, help="search + raw pairs per row (median taken)")
     parser.add_argument("--sequential-only", action="store_true", help="skip the batched solve_batch rows")
     parser.add_argument("--skip-monte-carlo", action="store_true")
@@ -293,6 +295,7 @@ def main() -> None:
     torch.set_num_threads(1)
     from benchdoc import machine_line, update_section
 
+    started = time.perf_counter()
     rows: list[dict] = []
     profiles: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -325,7 +328,9 @@ def main() -> None:
                      f"{fmt(r['wall_ratio'], '.2f')}{'x' if r['wall_ratio'] == r['wall_ratio'] else ''} | {was}"
                      f"{r['hit']:.2f} / {fmt(r['raw_hit'], '.2f')} | {r['calls']} |")
     command = " ".join(["OMP_NUM_THREADS=1", ".venv/bin/python", "scripts/bench_search.py", *sys.argv[1:]])
-    body = [f"Command: `{command}` (median of {args.repeats} search + raw pairs per row; 1 torch thread).", "",
+    minutes = (time.perf_counter() - started) / 60
+    body = [f"Command: `{command}` (median of {args.repeats} search + raw pairs per row; 1 torch thread; "
+            f"this run: {minutes:.1f} min wall).", "",
             machine_line(), "", *table]
     for key, profile in profiles.items():
         body += ["", f"cProfile of one MCTS run ({key}, hash scorer), own time by place:", "",
@@ -333,7 +338,8 @@ def main() -> None:
     text = "\n".join(body)
     print(text)
     if not args.no_doc:
-        print(f"written to {update_section('Search throughput', text)}")
+        heading = "Search throughput" + ("" if args.models == ["tiny"] else f" ({', '.join(args.models)})")
+        print(f"written to {update_section(heading, text)}")
 
 
 if __name__ == "__main__":
