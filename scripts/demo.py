@@ -1,7 +1,7 @@
 """The whole loop on a CPU in minutes: cold-start SFT -> scaling curves -> search-guided RL (policy and
 critic from MCTS trees) -> scaling curves with the trained critic -> runs/demo/report.md.
 
-    python scripts/demo.py                 # the full demo (~15 minutes on 2 cores)
+    python scripts/demo.py                 # the full demo (about 10 minutes on 2 cores)
     python scripts/demo.py --tiny          # every stage at a tiny size (the smoke test)
 """
 
