@@ -95,6 +95,30 @@ def test_batched_round_uses_virtual_loss(scripted_policy, table_scorer, check_go
     check_golden(tree, "mcts_batched.json")
 
 
+def test_terminal_revisit_is_backed_up_at_once_and_the_round_selects_again(scripted_policy, table_scorer):
+    # the root's step b now ends the response (terminal, score 0.7); a is as before
+    policy = scripted_policy({**TABLE, "Q": [("a\n\n", -0.1, "step"), ("b", -0.5, "stop")]})
+    scores = {**SCORES, "b": 0.7}
+    config = MCTSConfig(num_candidates=2, c_puct=1.0, widening_c=0.0, max_steps=2, extract=last_char,
+                        num_simulations=5, leaves_per_round=2)
+    result = mcts(policy.encode("Q"), policy, table_scorer(scores, policy), None, config, seed=0)
+    tree = result.tree
+    # round 1: the root twice -> 1 a, 2 b, 3 a, 4 b (priors 0.299344 a, 0.200656 b); root N=4 W=2.6
+    # round 2, sim 3: sqrt(4)=2: a 0.6+0.299344=0.8993 < b 0.7+0.200656=0.9007 -> 2, terminal: 0.7 is
+    #   backed up at once (2: N=2 W=1.4; root N=5 W=3.3) and the round selects again
+    #   sim 4: sqrt(5)=2.23607: 1 0.6+0.299344*2.23607/2=0.9347 (ties 3), 2 0.7+0.200656*2.23607/3=0.8496,
+    #   4 0.7+0.200656*2.23607/2=0.9243 -> 1. Virtual loss: root N=6, 1 N=2 W=0.6
+    #   sim 5: sqrt(6)=2.44949: 1 0.3+0.299344*2.44949/3=0.5444, 2 0.7+0.200656*2.44949/3=0.8638,
+    #   3 0.6+0.299344*2.44949/2=0.9666, 4 0.7+0.200656*2.44949/2=0.9458 -> 3
+    #   1 and 3 expand in one full call (2 prompts, n=2): x 0.3, y 0.1 under each
+    assert tree.meta["selection_order"] == [ROOT, ROOT, 2, 1, 3]
+    assert [(tree[i].visits, round(tree[i].value_sum, 6)) for i in range(5)] == [
+        (9, 4.1), (3, 1.0), (2, 1.4), (3, 1.0), (1, 0.7)]
+    assert result.compute.policy_calls == 2
+    # answer by visits: 1 and 3 tie (N=3, Q 1/3) -> 1; then x (0.3) over y (0.1)
+    assert (result.leaf, result.answer) == (5, "x")
+
+
 def test_final_by_value_and_pruning_reset(scripted_policy, table_scorer):
     result = run(scripted_policy, table_scorer, num_simulations=5, leaves_per_round=1, final="value",
                  prune_below=0.35)

@@ -26,8 +26,12 @@ One round, batched so the policy stays busy:
    when given: training only).
 4. **backup**: each new child gets one visit with its value, and so does each of its ancestors
    (so a node's N is 1 + the sum of its children's N, the root's just the sum, and Q is the mean of
-   every value evaluated below). A selected terminal leaf is not expanded: its value is backed up
-   again.
+   every value evaluated below).
+
+A selection that reaches a terminal leaf is not expanded: its value (reward, else score) is backed
+up again at once, with no virtual loss, and the round selects again. So a round keeps selecting
+until it holds `leaves_per_round` leaves to expand (or the simulations run out), and every generate
+call but the last is full; with `leaves_per_round = 1` this is plain sequential MCTS.
 
 Each selection counts as one simulation.
 The answer is the terminal node reached by following the most-visited child from the root
@@ -162,17 +166,17 @@ def mcts(prompt_ids, policy, scorer, budget, config: MCTSConfig, seed: int) -> S
     while simulations < config.num_simulations and not meter.exhausted():
         pending: Counter = Counter()
         coming: Counter = Counter()  # children scheduled per node this round (virtual expansion)
-        to_expand, to_revisit = [], []
-        for _ in range(min(config.leaves_per_round, config.num_simulations - simulations)):
+        to_expand = []
+        while len(to_expand) < config.leaves_per_round and simulations < config.num_simulations:
             leaf = select(tree, start, config, pending, coming)
             simulations += 1
             order.append(leaf)
+            if tree[leaf].terminal:  # its value is known: back it up now and select again (see the docstring)
+                backup(tree, leaf, tree[leaf].reward if tree[leaf].reward is not None else tree[leaf].score)
+                continue
             pending.update(tree.path(leaf))
-            if tree[leaf].terminal:
-                to_revisit.append(leaf)
-            else:  # a leaf selected again this round asks for num_candidates more (see the docstring)
-                to_expand.append(leaf)
-                coming[leaf] += config.num_candidates
+            to_expand.append(leaf)  # a leaf selected again this round asks for num_candidates more
+            coming[leaf] += config.num_candidates
         groups = expand(tree, to_expand, policy, config.step_sampling(config.num_candidates), seeds.next(),
                         config.max_steps) if to_expand else []
         for parent in dict.fromkeys(to_expand):
@@ -181,8 +185,6 @@ def mcts(prompt_ids, policy, scorer, budget, config: MCTSConfig, seed: int) -> S
         values = evaluate(tree, new, scorer, config.terminal_reward)
         for node, value in zip(new, values):
             backup(tree, node, value)
-        for leaf in to_revisit:
-            backup(tree, leaf, tree[leaf].reward if tree[leaf].reward is not None else tree[leaf].score)
         if config.prune_below is not None:
             low = [c for c, v in zip(new, values) if v < config.prune_below]
             for c in low:
