@@ -93,6 +93,11 @@ def test_batched_round_uses_virtual_loss(scripted_policy, table_scorer, check_go
     # answer by visits: 1 and 3 tie at N=3 and Q 0.6 -> the lower index, 1; then x (N=1, 0.3) over y
     assert (result.leaf, result.answer) == (5, "x")
     check_golden(tree, "mcts_batched.json")
+    # num_simulations=3: round 2 starts (2 < 3) and is filled like round 1 (2 selections), so the
+    # search is the same as with 4
+    three = run(scripted_policy, table_scorer, num_simulations=3, leaves_per_round=2)
+    assert three.tree.to_dict()["nodes"] == tree.to_dict()["nodes"] and three.compute.policy_calls == 2
+    assert three.tree.meta["selection_order"] == tree.meta["selection_order"]
 
 
 def test_terminal_revisit_is_backed_up_at_once_and_the_round_selects_again(scripted_policy, table_scorer):
