@@ -1,7 +1,7 @@
 """Generated tokens/s inside each search strategy against raw `Policy.generate`, side by side.
 
     python scripts/bench_search.py                       # tiny model, hf and vllm; table into docs/benchmarks.md
-    python scripts/bench_search.py --models smollm2 --repeats 1  # SmolLM2-135M: its own section
+    python scripts/bench_search.py --models smollm2 --strategies beam mcts  # SmolLM2-135M: its own section
     python scripts/bench_search.py --backends hf --no-doc --profile
 
 For each strategy the search runs over the same problems with a cheap scorer (a hash of the prefix
