@@ -37,7 +37,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_backends.py
 	$(BIN)/python scripts/bench_search.py
-	$(BIN)/python scripts/bench_search.py --models smollm2 --strategies beam mcts
+	$(BIN)/python scripts/bench_search.py --models smollm2 --repeats 2 --strategies beam mcts
 	$(BIN)/python scripts/bench_learner.py
 	$(BIN)/python scripts/bench_verifiers.py
 

@@ -1,7 +1,7 @@
 """Generated tokens/s inside each search strategy against raw `Policy.generate`, side by side.
 
-    python scripts/bench_search.py                       # tiny model, hf and vllm; table into docs/benchmarks.md
-    python scripts/bench_search.py --models smollm2 --strategies beam mcts  # SmolLM2-135M: its own section
+    python scripts/bench_search.py                       # tiny model, hf and vllm, 4 repeats; into docs/benchmarks.md
+    python scripts/bench_search.py --models smollm2 --repeats 2 --strategies beam mcts  # SmolLM2-135M: own section
     python scripts/bench_search.py --backends hf --no-doc --profile
 
 For each strategy the search runs over the same problems with a cheap scorer (a hash of the prefix
@@ -285,7 +285,7 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=["best_of_n", "beam", "mcts", "budget_forcing"])
     parser.add_argument("--problems", type=int, default=None,
                         help="problems searched per run (default: the model's workload, 4 for tiny, 2 for smollm2)")
-    parser.add_argument("--repeats", type=int, default=2, help="search + raw pairs per row, each with new samples (pooled)")
+    parser.add_argument("--repeats", type=int, default=4, help="search + raw pairs per row, each with new samples (pooled)")
     parser.add_argument("--sequential-only", action="store_true", help="skip the batched solve_batch rows")
     parser.add_argument("--skip-monte-carlo", action="store_true")
     parser.add_argument("--profile", action="store_true", help="cProfile the first MCTS run per backend")
