@@ -1,15 +1,21 @@
-"""The learner: advantage estimators, KL estimators and losses over batches built from search trees."""
+"""The learner: rows from search trees, advantage estimators, losses, the critic and the trainers."""
 
-from rl.advantages import (ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, broadcast_to_tokens, compute_advantages, gae,
-                           nonzero_variance_groups, tree_advantages_to_tokens, tree_step_advantages)
+from rl.advantages import broadcast_to_tokens, gae, nonzero_variance_groups
+from rl.batch import RolloutBatch, Row, batch_from_trees, monte_carlo_values, reward_leaves
+from rl.config import TREE_STRATEGIES, CriticConfig, TrainConfig
+from rl.critic import ValueCritic
+from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs, Advantages, estimate
 from rl.kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl, kl_penalized_rewards
-from rl.sft import COLD_START_SFT, ColdStartResult, SFTConfig, SFTResult, cold_start, load_pairs, pass_rates, train_sft
 from rl.losses import (PolicyLossConfig, dpo_loss, entropy_from_logits, is_finite_loss, masked_mean, masked_whiten,
                        policy_loss, sequence_logprobs, sft_loss, value_loss)
+from rl.sft import COLD_START_SFT, ColdStartResult, SFTConfig, SFTResult, cold_start, load_pairs, pass_rates, train_sft
+from rl.trainer import SearchTrainer
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "GROUP_ESTIMATORS", "compute_advantages", "broadcast_to_tokens", "nonzero_variance_groups",
-    "gae", "tree_step_advantages", "tree_advantages_to_tokens",
+    "SearchTrainer", "TrainConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic",
+    "RolloutBatch", "Row", "batch_from_trees", "reward_leaves", "monte_carlo_values",
+    "ADVANTAGE_ESTIMATORS", "AdvantageInputs", "Advantages", "estimate",
+    "broadcast_to_tokens", "nonzero_variance_groups", "gae",
     "kl", "KL_ESTIMATORS", "kl_penalized_rewards", "AdaptiveKLController", "FixedKLController",
     "PolicyLossConfig", "policy_loss", "value_loss", "dpo_loss", "sft_loss", "sequence_logprobs",
     "entropy_from_logits", "masked_mean", "masked_whiten", "is_finite_loss",

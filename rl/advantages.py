@@ -1,4 +1,5 @@
-"""Advantage estimators: one function per estimator, chosen by name from `ADVANTAGE_ESTIMATORS`.
+"""The math of the advantage estimators, one function per formula (the trainer picks them through
+`rl.estimators.ADVANTAGE_ESTIMATORS`, which adapts each to the batch).
 
 Shapes. The group-based estimators share one signature,
 
@@ -7,9 +8,7 @@ Shapes. The group-based estimators share one signature,
 with P prompts and G sampled completions per prompt (row p holds the G samples of prompt p). They
 return one sequence-level advantage per completion; `broadcast_to_tokens` spreads it over the
 response tokens. The token-level estimators (`reward_to_go`, `gae`) take per-token rewards (B, T)
-with a response mask (B, T) (right padding), and `tree` takes the node values along each
-root-to-leaf path of a search tree. The registry holds all of them; `compute_advantages` turns a
-config string into the call once, at the edge.
+with a response mask (B, T) (right padding).
 
 Degenerate groups. A group whose G rewards are all equal (including G = 1) carries no learning
 signal under a group baseline: every group estimator returns exactly zero for it, never NaN.
@@ -18,13 +17,10 @@ signal under a group baseline: every group estimator returns exactly zero for it
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
 import torch
 from torch import Tensor
-
-AdvantageEstimator = Callable[..., Tensor]
 
 # TRL's GRPOTrainer divides by (std + 1e-4); the same constant keeps `grpo` equal to TRL's.
 DEFAULT_STD_EPS = 1e-4
@@ -232,63 +228,7 @@ def gae(
     return advantages, returns
 
 
-# ----------------------------------------------------------------------------- tree estimator
-
-
-def tree_step_advantages(node_values: list[list[float]]) -> list[list[float]]:
-    """Step-level advantages from the values of the nodes along each root-to-leaf path.
-
-    node_values[b] = [V(root), V(s_1), ..., V(s_K)], where V(s_K) is the terminal reward (or the
-    leaf's value) and the inner values come from the search: Monte-Carlo visit statistics
-    (Math-Shepherd style rollout values, Wang et al. 2024) or the critic. Step k (the action that
-    led from s_{k-1} to s_k) gets
-
-        A_k = Q(s_{k-1}, a_k) - V(s_{k-1}) = V(s_k) - V(s_{k-1}),
-
-    since transitions in a text tree are deterministic, Q(s, a) = V(child). This is the
-    process-level advantage of TreeRL (Hou et al. 2025) and TreeRPO (Yang et al. 2025) without
-    their extra global (root-relative) term. Returns K advantages per path (an empty list for a
-    path that is only a root).
-    """
-    step_advantages = []
-    for b, values in enumerate(node_values):
-        if len(values) == 0:
-            raise ValueError(f"path {b} has no node values; each path needs at least V(root)")
-        step_advantages.append([float(values[k]) - float(values[k - 1]) for k in range(1, len(values))])
-    return step_advantages
-
-
-def tree_advantages_to_tokens(
-    step_advantages: list[list[float]], step_lengths: list[list[int]], num_tokens: int | None = None
-) -> Tensor:
-    """Spread step advantages onto tokens: every token of step k gets A_k. Returns (B, T), float32.
-
-    step_lengths[b][k] is the number of response tokens step k of path b added. T is the longest
-    path's token count unless `num_tokens` is given; positions after a path's last step are 0.
-    """
-    if len(step_advantages) != len(step_lengths):
-        raise ValueError(f"{len(step_advantages)} advantage lists but {len(step_lengths)} length lists")
-    path_tokens = []
-    for b, (advantages, lengths) in enumerate(zip(step_advantages, step_lengths)):
-        if len(advantages) != len(lengths):
-            raise ValueError(f"path {b}: {len(advantages)} step advantages but {len(lengths)} step lengths")
-        if any(n < 0 for n in lengths):
-            raise ValueError(f"path {b}: step lengths must be >= 0; got {lengths}")
-        path_tokens.append(sum(lengths))
-    longest = max(path_tokens, default=0)
-    num_tokens = longest if num_tokens is None else num_tokens
-    if num_tokens < longest:
-        raise ValueError(f"num_tokens={num_tokens} is shorter than the longest path ({longest} tokens)")
-    token_advantages = torch.zeros(len(step_advantages), num_tokens)  # (B, T)
-    for b, (advantages, lengths) in enumerate(zip(step_advantages, step_lengths)):
-        start = 0
-        for advantage, length in zip(advantages, lengths):
-            token_advantages[b, start : start + length] = advantage
-            start += length
-    return token_advantages
-
-
-# ----------------------------------------------------------------------------- helpers and registry
+# ----------------------------------------------------------------------------- helpers
 
 
 def broadcast_to_tokens(sequence_advantages: Tensor, mask: Tensor) -> Tensor:
@@ -299,36 +239,3 @@ def broadcast_to_tokens(sequence_advantages: Tensor, mask: Tensor) -> Tensor:
             f"and {tuple(mask.shape)}"
         )
     return sequence_advantages.unsqueeze(1) * mask.to(sequence_advantages.dtype)  # (B, T)
-
-
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
-    "reinforce": reinforce,
-    "reward_to_go": reward_to_go,
-    "remax": remax,
-    "rloo": rloo,
-    "grpo": grpo,
-    "dr_grpo": dr_grpo,
-    "reinforce_pp": reinforce_pp,
-    "reinforce_pp_baseline": reinforce_pp_baseline,
-    "gae": gae,
-    "tree": tree_step_advantages,
-}
-"""Name -> estimator. The first argument is rewards (P, G) for the group estimators in
-`GROUP_ESTIMATORS`, per-token rewards (B, T) for `reward_to_go` and `gae`, and the node values
-along each path (list of lists) for `tree`."""
-
-GROUP_ESTIMATORS = frozenset(
-    {"reinforce", "remax", "rloo", "grpo", "dr_grpo", "reinforce_pp", "reinforce_pp_baseline"}
-)
-"""Names in the registry with the shared signature fn(rewards (P, G), **cfg) -> (P, G)."""
-
-
-def compute_advantages(name: str, rewards: Tensor | list[list[float]], **cfg):
-    """Look `name` up in `ADVANTAGE_ESTIMATORS` and call it on `rewards` with the keyword config."""
-    try:
-        estimator = ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; known estimators: {', '.join(sorted(ADVANTAGE_ESTIMATORS))}"
-        ) from None
-    return estimator(rewards, **cfg)

@@ -1,37 +1,39 @@
 """Training rows from search trees: every root-to-leaf path becomes one row, token ids untouched.
 
 A row holds the exact ids the engine sampled (prompt + response, right-padded), the engine's
-behaviour log-probabilities, the leaf's reward, and the Monte-Carlo value of the tree node each
-response token belongs to. Rows of one tree form one group (the trajectories of one prompt).
+behaviour log-probabilities, the leaf's reward, and, for every response token, the Monte-Carlo value
+of the tree node the token belongs to and of that node's parent. Rows of one tree form one group
+(the trajectories of one prompt).
 
 Node values. After the leaves are rewarded, the value of a node is the mean reward of the leaves in
 its subtree: the Monte-Carlo estimate of the probability that a response passing through that step
-ends correct (Math-Shepherd, Wang et al. 2024; TreeRL, Hou et al. 2025). These values are the
-critic's regression targets and the input of the `tree` advantage estimator
-(step advantage = V(node) - V(parent)).
+ends correct (Math-Shepherd, Wang et al. 2024; TreeRL, Hou et al. 2025). They are the critic's
+regression targets, and the `tree` advantage estimator reads them: the step advantage
+V(node) - V(parent) is `token_values - parent_values` at every token of that step. The values are
+spread onto tokens here, once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 import torch
 
 from planner.tree import ROOT, SearchTree
 
-__all__ = ["RolloutBatch", "reward_leaves", "monte_carlo_values", "batch_from_trees"]
+__all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "rows_from_tree", "batch_from_trees"]
 
 
-def reward_leaves(tree: SearchTree, reward_fn: Callable[[str], float]) -> list[int]:
-    """Give every leaf `reward_fn(response text)` as its reward; return the leaf indices.
+def reward_leaves(tree: SearchTree, reward_fn, problem) -> list[int]:
+    """Give every leaf `reward_fn(response text, problem)` as its reward; return the leaf indices.
 
     Unfinished leaves are rewarded too (their text usually has no answer and scores 0), so a search
     cut short by its budget still teaches the policy.
     """
     leaves = [i for i in tree.leaves() if i != ROOT]
     for leaf in leaves:
-        tree[leaf].reward = float(reward_fn(tree.response_text(leaf)))
+        tree[leaf].reward = float(reward_fn(tree.response_text(leaf), problem))
     return leaves
 
 
@@ -49,81 +51,99 @@ def monte_carlo_values(tree: SearchTree) -> list[float | None]:
     return [t / c if c else None for t, c in zip(total, count)]
 
 
+@dataclass(frozen=True)
+class Row:
+    """One root-to-leaf path of one tree, as the learner trains on it. Lists are per response token."""
+
+    group: int
+    """Index of the tree (prompt) among the batch's trees."""
+    prompt_ids: list[int]
+    response_ids: list[int]
+    """The engine's sampled ids along the path (forced ids included)."""
+    logprobs: list[float]
+    """Behaviour log-probability of each response id (0.0 for forced ids)."""
+    sampled: list[float]
+    """1.0 for sampled ids, 0.0 for ids the strategy forced (no gradient through them)."""
+    node_values: list[float]
+    """V(node) of the node each response id belongs to."""
+    parent_values: list[float]
+    """V(parent) of that node (the root's value for the first step)."""
+    reward: float
+    """The leaf's reward."""
+    text: str
+    """Decoded response."""
+
+
+def rows_from_tree(tree: SearchTree, group: int) -> list[Row]:
+    """One `Row` per rewarded leaf of `tree` (in leaf order); leaves with no response ids are skipped."""
+    values = monte_carlo_values(tree)
+    rows = []
+    for leaf in tree.leaves():
+        if leaf == ROOT or tree[leaf].reward is None:
+            continue
+        path = tree.trajectory(leaf)
+        if not path.response_ids:
+            continue
+        node_values, parent_values = [], []
+        for node, (start, end) in zip(path.nodes, path.step_spans):
+            node_values += [values[node]] * (end - start)
+            parent_values += [values[tree[node].parent]] * (end - start)
+        rows.append(Row(group=group, prompt_ids=path.prompt_ids, response_ids=path.response_ids,
+                        logprobs=path.logprobs, sampled=[float(s) for s in path.sampled_mask],
+                        node_values=node_values, parent_values=parent_values, reward=float(tree[leaf].reward),
+                        text=path.text))
+    return rows
+
+
 @dataclass
 class RolloutBatch:
-    """B rows (one per trajectory), right-padded to length L = prompt + response.
+    """B rows (one per trajectory), right-padded to length L = the longest prompt + response.
 
-    Position t of `old_logprobs`, `response_mask` and `token_values` describes token t of
-    `input_ids`; a causal LM predicts token t from the logits at t - 1.
+    Position t of every (B, L) tensor describes token t of `input_ids`; a causal LM predicts token t
+    from the logits at t - 1. Response-only quantities are 0 on prompt and padding positions.
     """
 
     input_ids: torch.Tensor  # (B, L) long
     attention_mask: torch.Tensor  # (B, L) long: prompt and response tokens
     response_mask: torch.Tensor  # (B, L) float: sampled response tokens (forced ids excluded)
     old_logprobs: torch.Tensor  # (B, L) float: the engine's behaviour log-probability of token t
-    token_values: torch.Tensor  # (B, L) float: Monte-Carlo value of the node that token t ends in
+    token_values: torch.Tensor  # (B, L) float: Monte-Carlo value of the node that token t belongs to
+    parent_values: torch.Tensor  # (B, L) float: Monte-Carlo value of that node's parent
     rewards: torch.Tensor  # (B,) float: the leaf's reward
     group: torch.Tensor  # (B,) long: index of the tree (prompt) the row comes from
-    prompt_lengths: list[int]
-    path_values: list[list[float]]
-    """Per row: V(root), V(step 1), ..., V(leaf) — the input of `rl.tree_step_advantages`."""
-    step_lengths: list[list[int]]
-    """Per row: token count of each step, to spread step values onto tokens."""
+    prompt_lengths: torch.Tensor  # (B,) long
     texts: list[str]
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def select(self, index: Sequence[int]) -> "RolloutBatch":
-        """The rows at `index` (a minibatch)."""
+        """The rows at `index` (a minibatch), in that order."""
         idx = torch.as_tensor(list(index), dtype=torch.long)
-        pick = lambda xs: [xs[i] for i in index]  # noqa: E731
-        return RolloutBatch(self.input_ids[idx], self.attention_mask[idx], self.response_mask[idx],
-                            self.old_logprobs[idx], self.token_values[idx], self.rewards[idx], self.group[idx],
-                            pick(self.prompt_lengths), pick(self.path_values), pick(self.step_lengths),
-                            pick(self.texts))
+        picked = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "texts"}
+        return RolloutBatch(**picked, texts=[self.texts[i] for i in idx.tolist()])
 
 
 def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int) -> RolloutBatch:
-    """One row per rewarded leaf of every tree (call `reward_leaves` first)."""
-    rows = []
-    for g, tree in enumerate(trees):
-        values = monte_carlo_values(tree)
-        for leaf in tree.leaves():
-            if leaf == ROOT or tree[leaf].reward is None:
-                continue
-            path = tree.path(leaf)[1:]
-            ids, logps, sampled, node_value, lengths = [], [], [], [], []
-            for node in path:
-                step = tree[node]
-                ids += step.token_ids
-                logps += step.logprobs
-                sampled += [0.0 if step.forced else 1.0] * len(step.token_ids)
-                node_value += [values[node]] * len(step.token_ids)
-                lengths.append(len(step.token_ids))
-            if not ids:
-                continue
-            rows.append((g, tree.prompt_ids, ids, logps, sampled, node_value, tree[leaf].reward,
-                         [values[ROOT]] + [values[n] for n in path], lengths, tree.response_text(leaf)))
+    """One row per rewarded leaf of every tree (call `reward_leaves` on each tree first)."""
+    rows = [row for g, tree in enumerate(trees) for row in rows_from_tree(tree, g)]
     if not rows:
-        raise ValueError("no rewarded trajectories in these trees: call rl.batch.reward_leaves(tree, reward_fn) "
-                         "on each tree first")
-    width = max(len(r[1]) + len(r[2]) for r in rows)
-    B = len(rows)
-    input_ids = torch.full((B, width), pad_token_id, dtype=torch.long)
-    attention = torch.zeros((B, width), dtype=torch.long)
-    response = torch.zeros((B, width))
-    old_logp = torch.zeros((B, width))
-    token_values = torch.zeros((B, width))
-    for b, (_, prompt, ids, logps, sampled, node_value, *_rest) in enumerate(rows):
-        p, r = len(prompt), len(ids)
-        input_ids[b, :p + r] = torch.tensor(prompt + ids)
-        attention[b, :p + r] = 1
-        response[b, p:p + r] = torch.tensor(sampled)
-        old_logp[b, p:p + r] = torch.tensor(logps)
-        token_values[b, p:p + r] = torch.tensor(node_value)
-    return RolloutBatch(
-        input_ids=input_ids, attention_mask=attention, response_mask=response, old_logprobs=old_logp,
-        token_values=token_values, rewards=torch.tensor([r[6] for r in rows]),
-        group=torch.tensor([r[0] for r in rows]), prompt_lengths=[len(r[1]) for r in rows],
-        path_values=[r[7] for r in rows], step_lengths=[r[8] for r in rows], texts=[r[9] for r in rows])
+        raise ValueError("no rewarded trajectories in these trees: call rl.batch.reward_leaves(tree, reward_fn, "
+                         "problem) on each tree first")
+    B, L = len(rows), max(len(r.prompt_ids) + len(r.response_ids) for r in rows)
+    input_ids = torch.full((B, L), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((B, L), dtype=torch.long)
+    per_token = {name: torch.zeros((B, L)) for name in ("response_mask", "old_logprobs", "token_values",
+                                                        "parent_values")}
+    for b, row in enumerate(rows):
+        p, end = len(row.prompt_ids), len(row.prompt_ids) + len(row.response_ids)
+        input_ids[b, :end] = torch.tensor(row.prompt_ids + row.response_ids)
+        attention[b, :end] = 1
+        for name, values in (("response_mask", row.sampled), ("old_logprobs", row.logprobs),
+                             ("token_values", row.node_values), ("parent_values", row.parent_values)):
+            per_token[name][b, p:end] = torch.tensor(values)
+    return RolloutBatch(input_ids=input_ids, attention_mask=attention, **per_token,
+                        rewards=torch.tensor([r.reward for r in rows]),
+                        group=torch.tensor([r.group for r in rows]),
+                        prompt_lengths=torch.tensor([len(r.prompt_ids) for r in rows]),
+                        texts=[r.text for r in rows])

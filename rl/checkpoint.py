@@ -1,6 +1,8 @@
 """Resumable checkpoints: a `save_pretrained` policy folder (servable by vLLM) plus critic,
-optimizers, KL controller, RNG and loop state. Written to a temporary folder, then renamed, so a
-run killed mid-save keeps its previous checkpoint."""
+optimizers, KL controller and loop state. Written to a temporary folder, then renamed, so a run
+killed mid-save keeps its previous checkpoint. (No RNG state: the trainer seeds each iteration
+from (seed, iteration).) Loading is strict: a checkpoint whose weights do not match the model the
+run was started with raises one error naming what differs."""
 
 from __future__ import annotations
 
@@ -33,7 +35,6 @@ def save(output_dir: str | Path, trainer) -> Path:
         "optimizer": trainer.optimizer.state_dict(),
         "critic_optimizer": trainer.critic_optimizer.state_dict() if trainer.critic_optimizer else None,
         "kl_coef": float(trainer.kl_controller.value),
-        "torch_rng": torch.get_rng_state(),
     }, tmp / "state.pt")
     old = final.with_name("checkpoint.old")
     shutil.rmtree(old, ignore_errors=True)
@@ -50,14 +51,36 @@ def load(output_dir: str | Path, trainer) -> int:
 
     folder = checkpoint_dir(output_dir)
     state = torch.load(folder / "state.pt", weights_only=False)
-    trainer.learner.load_state_dict(_weights(folder / "policy", load_file), strict=False)
+    load_weights_strictly(trainer.learner, _weights(folder / "policy", load_file), folder / "policy")
     trainer.optimizer.load_state_dict(state["optimizer"])
     if trainer.critic is not None:
-        trainer.critic.model.load_state_dict(_weights(folder / "critic", load_file))
+        if state["critic_optimizer"] is None:
+            raise ValueError(f"the checkpoint in {folder} was saved without a critic, but this run trains one: "
+                             "resume with critic.enabled=false, or start a new output_dir")
+        load_weights_strictly(trainer.critic.model, _weights(folder / "critic", load_file), folder / "critic")
         trainer.critic_optimizer.load_state_dict(state["critic_optimizer"])
     trainer.kl_controller.value = state["kl_coef"]
-    torch.set_rng_state(state["torch_rng"])
     return int(state["iteration"])
+
+
+def load_weights_strictly(model: torch.nn.Module, weights: dict, source: Path) -> None:
+    """Load every parameter of `model` from `weights`, or raise one ValueError naming the mismatch.
+
+    Weights tied to another loaded weight (a tied LM head, which `save_pretrained` stores once) may be
+    absent; anything else missing, unexpected or of another shape is an error.
+    """
+    state = model.state_dict()
+    unexpected = sorted(set(weights) - set(state))
+    shapes = sorted(f"{k}: checkpoint {tuple(weights[k].shape)} vs model {tuple(state[k].shape)}"
+                    for k in set(weights) & set(state) if weights[k].shape != state[k].shape)
+    loaded_storage = {state[k].data_ptr() for k in weights if k in state}
+    missing = sorted(k for k in set(state) - set(weights) if state[k].data_ptr() not in loaded_storage)
+    if unexpected or shapes or missing:
+        problems = [f"{label}: {', '.join(items[:4])}{' ...' if len(items) > 4 else ''}"
+                    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape", shapes)) if items]
+        raise ValueError(f"the checkpoint in {source} does not match the model this run loads "
+                         f"({'; '.join(problems)}): resume with the same --model, or start a new output_dir")
+    model.load_state_dict(weights, strict=False)
 
 
 def _weights(folder: Path, load_file) -> dict:

@@ -1,7 +1,9 @@
 """Configuration of the search-guided trainer: one dataclass per component, a docstring per field.
 
 `scripts/train.py --help` is generated from these docstrings (see `rl/cli.py`), so they are the
-one place where each option is documented.
+one place where each option is documented. How trees are grown is the planner's own strategy
+config (`planner.strategies`), held here as it is: one source of truth for search settings, with
+only the sampling temperature set for training (1.0, so that the importance ratio is exact).
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rl.advantages import ADVANTAGE_ESTIMATORS
+from planner.strategies import BeamConfig, BestOfNConfig, DVTSConfig, MCTSConfig, SearchConfig
+from rl.estimators import ADVANTAGE_ESTIMATORS, NEEDS_CRITIC
 from rl.kl import KL_ESTIMATORS
 from rl.losses import PolicyLossConfig
 
 __all__ = ["CriticConfig", "TrainConfig", "TREE_STRATEGIES"]
 
-TREE_STRATEGIES = ("sample", "best_of_n", "beam", "mcts")
+TREE_STRATEGIES = ("best_of_n", "beam", "dvts", "mcts")
+"""Strategies that can grow training trees; each has a field of that name in `TrainConfig`."""
 
 
 def _fail(owner: str, name: str, allowed: str, got) -> None:
@@ -30,13 +34,14 @@ class CriticConfig:
     """Train a critic. Needed by the "gae" estimator and by `use_as_scorer`."""
     target: Literal["tree", "gae"] = "tree"
     """Regression target: "tree" = Monte-Carlo node values of the search trees (mean leaf reward
-    below each node; AlphaZero/TS-LLM-style value learning), "gae" = GAE returns (PPO)."""
+    below each node; AlphaZero/TS-LLM-style value learning), "gae" = GAE returns (PPO; needs
+    estimator="gae")."""
     lr: float = 1e-3
     """AdamW learning rate of the critic."""
     clip_range: float = 0.2
     """Clip of the value update around the old values (PPO2's clipped value loss)."""
     use_as_scorer: bool = True
-    """Guide beam/MCTS with the trained critic (from the second iteration on): the closed loop."""
+    """Guide beam/DVTS/MCTS with the trained critic (from the second iteration on): the closed loop."""
 
     def __post_init__(self) -> None:
         if self.target not in ("tree", "gae"):
@@ -60,29 +65,23 @@ class TrainConfig:
     iterations: int = 10
     """Search-train iterations."""
     prompts_per_iteration: int = 8
-    """Problems searched per iteration (P)."""
-    strategy: Literal["sample", "best_of_n", "beam", "mcts"] = "mcts"
-    """How trees are grown: "sample"/"best_of_n" = G independent samples (a flat tree: GRPO's group),
-    "beam" = step-level beam search, "mcts" = PUCT tree search; all leaves become training rows."""
-    samples_per_prompt: int = 8
-    """G for "sample"/"best_of_n"; beam width for "beam"; simulations for "mcts"."""
-    mcts_candidates: int = 4
-    """Steps sampled per MCTS expansion (MCTSConfig.num_candidates, k); the first round expands the
-    root with 4 * k (one k per selection of the round)."""
-    max_tokens: int = 128
-    """Most tokens per response (per step for step-level strategies, see step_max_tokens)."""
-    step_delimiter: str = "\n"
-    """Stop string that ends a step for beam and MCTS."""
-    step_max_tokens: int = 32
-    """Most tokens per step for beam and MCTS."""
-    max_steps: int = 12
-    """Most steps per response for beam and MCTS."""
-    temperature: float = 1.0
-    """Sampling temperature of the search. Behaviour and learner log-probabilities are both taken at
-    temperature 1, so 1.0 keeps the importance ratio exact."""
+    """Problems searched per iteration (P): one tree each."""
+    strategy: Literal["best_of_n", "beam", "dvts", "mcts"] = "mcts"
+    """How trees are grown, with the settings in the field of the same name below: "best_of_n" = N
+    independent samples (a flat tree: GRPO's group), "beam" = step-level beam search, "dvts" =
+    diverse verifier tree search, "mcts" = PUCT tree search. Every leaf becomes a training row;
+    unfinished leaves are first completed with one sample each."""
+    best_of_n: BestOfNConfig = field(default_factory=lambda: BestOfNConfig(temperature=1.0))
+    """Settings of strategy "best_of_n" (planner.strategies.BestOfNConfig)."""
+    beam: BeamConfig = field(default_factory=lambda: BeamConfig(temperature=1.0))
+    """Settings of strategy "beam" (planner.strategies.BeamConfig)."""
+    dvts: DVTSConfig = field(default_factory=lambda: DVTSConfig(temperature=1.0))
+    """Settings of strategy "dvts" (planner.strategies.DVTSConfig)."""
+    mcts: MCTSConfig = field(default_factory=lambda: MCTSConfig(temperature=1.0))
+    """Settings of strategy "mcts" (planner.strategies.MCTSConfig)."""
     estimator: str = "grpo"
-    """Advantage estimator, one of rl.ADVANTAGE_ESTIMATORS (grpo, dr_grpo, rloo, reinforce,
-    reinforce_pp, reinforce_pp_baseline, remax, gae, tree)."""
+    """Advantage estimator, one of rl.estimators.ADVANTAGE_ESTIMATORS (grpo, dr_grpo, rloo, reinforce,
+    reward_to_go, reinforce_pp, reinforce_pp_baseline, remax, gae, tree)."""
     gamma: float = 1.0
     """Discount of GAE and reward-to-go."""
     lam: float = 0.95
@@ -97,9 +96,10 @@ class TrainConfig:
     old_logprobs: Literal["learner", "engine"] = "learner"
     """Log-probabilities of the behaviour policy in the importance ratio: "learner" recomputes them
     with the learner before the update (exact whatever the engine's precision; free with one epoch
-    of one minibatch, else one more forward over the batch), "engine" reuses those the engine
-    returned while sampling (no forward; equal to the learner's when both run the same weights in
-    float32, as on CPU: the logged engine_learner_logprob_gap is then ~1e-5)."""
+    of one minibatch, where the ratio is 1 by definition, else one more forward over the batch),
+    "engine" reuses those the engine returned while sampling (no forward; equal to the learner's
+    when both run the same weights in float32, as on CPU: the logged engine_learner_logprob_gap is
+    then ~1e-5)."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm."""
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
@@ -118,9 +118,9 @@ class TrainConfig:
     seed: int = 0
     """Seed of everything (problem order, search, minibatches)."""
     deterministic: bool = False
-    """torch.use_deterministic_algorithms: bit-exact reruns and resumes on CPU."""
+    """torch.use_deterministic_algorithms while the trainer runs: bit-exact reruns and resumes on CPU."""
     threads: int = 1
-    """Torch threads of the learner (and the transformers engine)."""
+    """Torch threads of the learner and the engine, while the trainer runs (restored afterwards)."""
     checkpoint_every: int = 5
     """Save a resumable checkpoint every this many iterations (and after the last one)."""
     debug: bool = False
@@ -128,20 +128,22 @@ class TrainConfig:
     learner's within 1e-3 (weights in sync); raise when they do not."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.loss, dict):
-            self.loss = PolicyLossConfig(**self.loss)
-        if isinstance(self.critic, dict):
-            self.critic = CriticConfig(**self.critic)
+        for name, kind in (("loss", PolicyLossConfig), ("critic", CriticConfig), ("best_of_n", BestOfNConfig),
+                           ("beam", BeamConfig), ("dvts", DVTSConfig), ("mcts", MCTSConfig)):
+            if isinstance(getattr(self, name), dict):
+                setattr(self, name, kind(**getattr(self, name)))
         if self.backend not in ("hf", "vllm"):
             _fail("TrainConfig", "backend", "one of ['hf', 'vllm']", self.backend)
         if self.strategy not in TREE_STRATEGIES:
             _fail("TrainConfig", "strategy", f"one of {list(TREE_STRATEGIES)}", self.strategy)
         if self.estimator not in ADVANTAGE_ESTIMATORS:
             _fail("TrainConfig", "estimator", f"one of {sorted(ADVANTAGE_ESTIMATORS)}", self.estimator)
-        if self.estimator == "gae" and not self.critic.enabled:
-            raise ValueError("TrainConfig.estimator='gae' needs the critic: set critic.enabled=True")
-        for name in ("iterations", "prompts_per_iteration", "samples_per_prompt", "mcts_candidates", "max_tokens",
-                     "step_max_tokens", "max_steps", "epochs", "minibatches", "threads", "checkpoint_every"):
+        if self.estimator in NEEDS_CRITIC and not self.critic.enabled:
+            raise ValueError(f"TrainConfig.estimator={self.estimator!r} needs the critic: set critic.enabled=True")
+        if self.critic.enabled and self.critic.target == "gae" and self.estimator != "gae":
+            raise ValueError("TrainConfig: critic.target='gae' regresses GAE returns, which only estimator='gae' "
+                             f"computes; got estimator={self.estimator!r}: set critic.target='tree' or estimator='gae'")
+        for name in ("iterations", "prompts_per_iteration", "epochs", "minibatches", "threads", "checkpoint_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 _fail("TrainConfig", name, "an integer >= 1", value)
@@ -150,8 +152,9 @@ class TrainConfig:
                              f"is not divisible into minibatches={self.minibatches}; pick a divisor")
         if not self.lr > 0:
             _fail("TrainConfig", "lr", "a number > 0", self.lr)
-        if not self.temperature > 0:
-            _fail("TrainConfig", "temperature", "a number > 0 (training samples)", self.temperature)
+        if not self.search.temperature > 0:
+            _fail("TrainConfig", f"{self.strategy}.temperature", "a number > 0 (training samples)",
+                  self.search.temperature)
         if self.old_logprobs not in ("learner", "engine"):
             _fail("TrainConfig", "old_logprobs", "one of ['engine', 'learner']", self.old_logprobs)
         if self.kl_placement not in ("loss", "reward"):
@@ -162,5 +165,17 @@ class TrainConfig:
             _fail("TrainConfig", "loss.kl_kind", f"one of {list(KL_ESTIMATORS)}", self.loss.kl_kind)
 
     @property
+    def search(self) -> SearchConfig:
+        """The settings of the chosen strategy (the field named by `strategy`)."""
+        return getattr(self, self.strategy)
+
+    @property
     def uses_reference(self) -> bool:
         return self.loss.kl_coef > 0 or (self.kl_placement == "reward" and self.kl_reward_coef > 0)
+
+    @property
+    def response_tokens(self) -> int:
+        """Most tokens of one whole response under the chosen strategy (best_of_n's max_tokens, or a
+        step strategy's max_step_tokens * max_steps)."""
+        search = self.search
+        return search.max_tokens if isinstance(search, BestOfNConfig) else search.max_step_tokens * search.max_steps

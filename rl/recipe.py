@@ -131,6 +131,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict:
     import torch
 
     from planner.policy import load_policy
+    from planner.strategies import MCTSConfig
     from rl.config import CriticConfig, TrainConfig
     from rl.sft import cold_start, pass_rates
     from rl.trainer import SearchTrainer
@@ -162,8 +163,8 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict:
     max_tokens = 64
 
     def pass_at_1(engine) -> dict:
-        return pass_rates(engine, held_out, lambda text, ref: float(task.verifier.score(text, ref)),
-                          n=config.pass_samples, max_tokens=max_tokens, seed=config.seed)
+        return pass_rates(engine, held_out, task.reward, n=config.pass_samples, max_tokens=max_tokens,
+                          seed=config.seed)
 
     before = pass_at_1(policy)
     from planner.scorers import MonteCarloScorer
@@ -173,12 +174,13 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict:
     policy.close()
     t = lap("scaling_before_rl", t)
 
+    search = MCTSConfig(num_simulations=config.rl_simulations, num_candidates=2, step_delimiter=STEP_DELIMITER,
+                        max_step_tokens=16, max_steps=8, temperature=1.0)
     train_config = TrainConfig(
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
-        prompts_per_iteration=config.rl_prompts, strategy="mcts", samples_per_prompt=config.rl_simulations,
-        mcts_candidates=2, max_tokens=max_tokens, step_delimiter=STEP_DELIMITER, step_max_tokens=16, max_steps=8,
-        temperature=1.0, estimator=config.rl_estimator, lr=config.rl_lr, minibatches=config.rl_minibatches,
-        old_logprobs="engine", seed=config.seed, critic=CriticConfig(lr=1e-3))
+        prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
+        lr=config.rl_lr, minibatches=config.rl_minibatches, old_logprobs="engine", seed=config.seed,
+        critic=CriticConfig(lr=1e-3))
     trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract)
     history = trainer.run(progress=config.progress)
     t = lap("rl", t)

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rl.losses import is_finite_loss, sequence_logprobs, sft_loss
+from rl.runtime import torch_settings
 
 if TYPE_CHECKING:
     from verifiers.arithmetic import Difficulty
@@ -249,13 +250,8 @@ def train_sft(model, data, config: SFTConfig | None = None, *, tokenizer=None,
         model.to(config.device)
     device = next(model.parameters()).device
 
-    previous_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    try:
+    with torch_settings(config.threads):
         return _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, eval_fn, should_stop)
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, eval_fn, should_stop) -> SFTResult:
@@ -351,19 +347,19 @@ on an idle core): sampled pass@1 gains from annealing (in one probe, 16 steps at
 0.31 to 0.41). Training normally stops on the pass-rate target before max_steps."""
 
 
-def pass_rates(policy, problems: Sequence, score_fn: Callable[[str, object], float], *, n: int = 1,
+def pass_rates(policy, problems: Sequence, reward_fn: Callable[[str, object], float], *, n: int = 1,
                temperature: float = 1.0, max_tokens: int = 64, seed: int = 0) -> dict[str, float]:
     """Sample `n` responses per problem; return pass@1 (mean reward) and pass@n (share solved at least once).
 
     pass@1 averages over all n samples, the unbiased estimate (Chen et al. 2021) with lower variance
-    than one sample per problem. Problems need `question` and `reference` (see `verifiers.tasks.Problem`).
+    than one sample per problem. `reward_fn(text, problem)` grades a response (a task's `reward`).
     """
     from planner.policy.types import SamplingParams
 
     prompts = [policy.encode_prompt(p.question) for p in problems]
     groups = policy.generate(prompts, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens,
                                                      seed=seed))
-    rewards = [[score_fn(s.text, p.reference) for s in group] for p, group in zip(problems, groups)]
+    rewards = [[reward_fn(s.text, p) for s in group] for p, group in zip(problems, groups)]
     return {"pass@1": sum(map(sum, rewards)) / (n * len(problems)),
             f"pass@{n}": sum(any(r > 0 for r in row) for row in rewards) / len(problems)}
 
@@ -385,7 +381,8 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
     from planner.policy.hf import HFPolicy
     from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
     from transformers import AutoModelForCausalLM
-    from verifiers.arithmetic import ARITHMETIC_ALPHABET, SPLITS, arithmetic_task, score
+    from verifiers.arithmetic import ARITHMETIC_ALPHABET, SPLITS, arithmetic_task
+    from verifiers.tasks import reward
 
     low, high = target_pass_range
     if not 0 <= low <= high <= 1:
@@ -394,10 +391,7 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
     if config.eval_every < 1:
         raise ValueError(f"cold_start needs config.eval_every >= 1 to watch the pass rate; got {config.eval_every}")
     start, cpu_start = time.perf_counter(), time.process_time()
-    previous_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    try:
+    with torch_settings(config.threads):
         held_out = arithmetic_task(eval_problems, difficulty, seed=SPLITS["test"][1] + seed)
         held_out_questions = {p.question for p in held_out}
         train = [p for p in arithmetic_task(num_train, difficulty, seed=seed) if p.question not in held_out_questions]
@@ -413,7 +407,7 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
                             device=str(next(model.parameters()).device), seed=seed)
 
         def evaluate(step, model, tokenizer) -> dict[str, float]:
-            rates = pass_rates(policy_of(model), held_out, score, n=eval_samples, max_tokens=max_tokens, seed=seed)
+            rates = pass_rates(policy_of(model), held_out, reward, n=eval_samples, max_tokens=max_tokens, seed=seed)
             return {"pass@1": rates["pass@1"]}
 
         result = train_sft(model, [(p.question, p.meta["solution"]) for p in train], config, tokenizer=tokenizer,
@@ -423,11 +417,9 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
         final = {}
         if final_eval:
             policy = policy_of(result.model)
-            greedy = pass_rates(policy, held_out, score, n=1, temperature=0.0, max_tokens=max_tokens, seed=seed)
-            sampled = pass_rates(policy, held_out, score, n=final_samples, max_tokens=max_tokens, seed=seed + 1)
+            greedy = pass_rates(policy, held_out, reward, n=1, temperature=0.0, max_tokens=max_tokens, seed=seed)
+            sampled = pass_rates(policy, held_out, reward, n=final_samples, max_tokens=max_tokens, seed=seed + 1)
             final = {"greedy_pass@1": greedy["pass@1"], "sampled_pass@1": sampled["pass@1"],
                      f"pass@{final_samples}": sampled[f"pass@{final_samples}"]}
-    finally:
-        torch.set_num_threads(previous_threads)
     return ColdStartResult(model_dir=output_dir, curve=result.history, steps=result.steps, seconds=seconds,
                            cpu_seconds=cpu_seconds, in_range=low <= last <= high, final=final)

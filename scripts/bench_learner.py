@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 CONFIGS = {  # name -> what the row says
     "ours-grpo": "ours, GRPO, transformers backend",
@@ -129,6 +128,7 @@ def run_ours(args, name: str) -> dict:
     import torch
 
     import rl.trainer as T
+    from planner.strategies import BestOfNConfig
     from rl.config import CriticConfig, TrainConfig
     from rl.losses import PolicyLossConfig
     from verifiers.tasks import Problem
@@ -139,8 +139,9 @@ def run_ours(args, name: str) -> dict:
     config = TrainConfig(
         model=str(args.model), output_dir=str(Path(args.workdir) / name), backend="vllm" if "vllm" in name else "hf",
         iterations=10_000, checkpoint_every=10_000,  # no checkpoints: TRL's saving is off too
-        prompts_per_iteration=args.prompts, strategy="sample", samples_per_prompt=args.generations,
-        max_tokens=args.max_tokens, temperature=1.0, estimator="gae" if ppo else "grpo", lr=args.lr,
+        prompts_per_iteration=args.prompts, strategy="best_of_n",
+        best_of_n=BestOfNConfig(n=args.generations, max_tokens=args.max_tokens, temperature=1.0),
+        estimator="gae" if ppo else "grpo", lr=args.lr,
         epochs=1, minibatches=1, max_grad_norm=1.0,
         loss=PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.2, aggregation="token_mean", kl_coef=0.0),
         critic=CriticConfig(enabled=ppo, target="gae"), seed=0, threads=1)
@@ -151,13 +152,13 @@ def run_ours(args, name: str) -> dict:
     phases.wrap(trainer, "grow_trees", "search (generate + reward)")
     phases.wrap(T, "token_logprobs", lambda *a, **k: "learner forward (with grad)" if torch.is_grad_enabled()
                 else "old-logprob recompute (no grad)")
-    phases.wrap(trainer, "_step", lambda model, *a, **k: "critic backward + AdamW" if trainer.critic is not None
+    phases.wrap(trainer, "_update", lambda model, *a, **k: "critic backward + AdamW" if trainer.critic is not None
                 and model is trainer.critic.model else "policy backward + clip + AdamW")
     if trainer.critic is not None:
         phases.wrap(trainer.critic, "token_values", "critic forward")
     phases.wrap(trainer.engine, "load_weights", "weight push (load_weights)")
     phases.wrap(trainer.logger, "log", "metrics logging")
-    times, cpu_times, lengths = [], [], []
+    times, cpu_times, own_cpu_times, lengths = [], [], [], []
     profile_text = None
     for i in range(total):
         if i == args.warmup:
@@ -168,9 +169,10 @@ def run_ours(args, name: str) -> dict:
             import pstats
             profiler = cProfile.Profile()
             profiler.enable()
-        start, cpu_start = time.perf_counter(), tree_cpu()
+        start, cpu_start, own_start = time.perf_counter(), tree_cpu(), time.process_time()
         metrics = trainer.step()
         seconds, cpu_seconds = time.perf_counter() - start, tree_cpu() - cpu_start
+        own_seconds = time.process_time() - own_start
         if args.profile and i == total - 1:
             profiler.disable()
             out = io.StringIO()
@@ -179,12 +181,16 @@ def run_ours(args, name: str) -> dict:
         if i >= args.warmup:
             times.append(seconds)
             cpu_times.append(cpu_seconds)
+            own_cpu_times.append(own_seconds)
             lengths.append(metrics["response_length"])
     timed = len(times) - (1 if args.profile else 0)  # the profiled iteration is slowed by cProfile
     result = {"times": times[:timed] if timed else times, "cpu_times": cpu_times[:timed] if timed else cpu_times,
               "startup_s": startup,
               "response_length": statistics.mean(lengths),
-              "phases": {k: v / len(times) for k, v in phases.seconds.items()}, "profile": profile_text}
+              # phase means and the "other" remainder over the same iterations, on the same clock (this
+              # process's CPU time, which the phase timers read), so they add up to the mean iteration
+              "phases": {k: v / len(times) for k, v in phases.seconds.items()},
+              "own_cpu_mean": statistics.mean(own_cpu_times), "profile": profile_text}
     trainer.engine.close()
     return result
 
@@ -244,7 +250,8 @@ def run_trl(args) -> dict:
     trainer.train()
     generation = statistics.mean(generation_times[args.warmup:])
     cpu_times = timer.cpu_times[args.warmup:]
-    return {"times": timer.times[args.warmup:], "cpu_times": cpu_times, "startup_s": startup, "phases": {
+    return {"times": timer.times[args.warmup:], "cpu_times": cpu_times, "startup_s": startup,
+            "own_cpu_mean": statistics.mean(cpu_times), "phases": {
         "generate + reward (TRL _generate_and_score_completions)": generation,
         "forward + backward + AdamW (TRL training step)": statistics.mean(cpu_times) - generation}}
 
@@ -375,15 +382,18 @@ def main() -> None:
             for key, value in run["phases"].items():
                 phase_means[n][key] = phase_means[n].get(key, 0.0) + value / len(results[n])
     keys = list(dict.fromkeys(k for n in columns for k in sorted(phase_means[n], key=lambda k: -phase_means[n][k])))
-    lines += ["", "Where the time goes (CPU s per timed iteration, mean over processes; timers wrap the trainers' "
-              "methods; \"other\" is the rest of the median iteration: batching, advantages, bookkeeping):", "",
+    own_means = {n: statistics.mean(run["own_cpu_mean"] for run in results[n]) for n in columns}
+    lines += ["", "Where the time goes (this process's CPU s per timed iteration, mean over the timed iterations "
+              "and processes; timers wrap the trainers' methods; \"other\" is the mean iteration's CPU time minus "
+              "the phases, on the same clock and iterations: batching, advantages, bookkeeping; vLLM's engine-core "
+              "process is not in this table):", "",
               "| phase | " + " | ".join(SHORT[n] for n in columns) + " |",
               "|---|" + "---:|" * len(columns)]
     for key in keys:
         lines.append(f"| {key} | " + " | ".join(f"{phase_means[n][key]:.2f}" if key in phase_means[n] else ""
                                                 for n in columns) + " |")
-    lines.append("| other | " + " | ".join(f"{max(summary(n)[1] - sum(phase_means[n].values()), 0):.2f}"
-                                          for n in columns) + " |")
+    lines.append("| other | " + " | ".join(f"{own_means[n] - sum(phase_means[n].values()):.2f}" for n in columns) + " |")
+    lines.append("| total (mean iteration) | " + " | ".join(f"{own_means[n]:.2f}" for n in columns) + " |")
     body = "\n".join(lines)
     print(body)
     profile = results["ours-grpo"][0].get("profile")

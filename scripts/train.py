@@ -1,10 +1,13 @@
 """Search-guided RL: grow search trees with the current policy and critic, train both from them.
 
-    python scripts/train.py --model runs/demo/sft --task arithmetic --iterations 20 --strategy mcts
+    python scripts/train.py --model runs/demo/sft --task arithmetic --iterations 20 --strategy mcts \
+        --mcts.num_simulations 8 --mcts.step_delimiter $'\n'
     python scripts/train.py --model runs/demo/sft --task arithmetic --output_dir runs/x --resume
 
-Every TrainConfig option below can be given; `--resume` continues a killed run from its last
-checkpoint in --output_dir. Metrics: <output_dir>/metrics.jsonl, metrics.csv and tensorboard/.
+Every TrainConfig option below can be given; the search settings are the planner's own
+(--best_of_n.*, --beam.*, --dvts.*, --mcts.*: the one named by --strategy is used). `--resume`
+continues a killed run from its last checkpoint in --output_dir. Metrics:
+<output_dir>/metrics.jsonl, metrics.csv and tensorboard/.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--limit", type=int, default=None, help="use only the first N problems")
     parser.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
+                                                               "bars too (default: warnings and errors only)")
     add_dataclass_arguments(parser, TrainConfig)
     return parser
 
@@ -34,11 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from planner.logs import configure_logging
     from rl.cli import dataclass_from_args
     from rl.config import TrainConfig
     from rl.trainer import SearchTrainer
     from verifiers import load_task
 
+    configure_logging(args.verbose)
     try:
         config = dataclass_from_args(TrainConfig, args)
         if not config.model or not (Path(config.model) / "config.json").is_file():
@@ -58,5 +65,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(main())
