@@ -7,10 +7,7 @@ import torch
 from torch.testing import assert_close
 
 from rl.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    GROUP_ESTIMATORS,
     broadcast_to_tokens,
-    compute_advantages,
     dr_grpo,
     gae,
     grpo,
@@ -21,8 +18,6 @@ from rl.advantages import (
     remax,
     reward_to_go,
     rloo,
-    tree_advantages_to_tokens,
-    tree_step_advantages,
 )
 
 # Row 0: mixed, row 1: all equal (zero variance), row 2: one success in four.
@@ -97,12 +92,12 @@ def test_reinforce_pp_baseline_group_mean_then_batch_std():
         reinforce_pp_baseline(rewards, batch_std_of="global")
 
 
-@pytest.mark.parametrize("name", ["rloo", "grpo", "dr_grpo", "reinforce_pp_baseline"])
-def test_group_baselines_give_zero_for_zero_variance_groups_and_single_samples(name):
+@pytest.mark.parametrize("estimator", [rloo, grpo, dr_grpo, reinforce_pp_baseline])
+def test_group_baselines_give_zero_for_zero_variance_groups_and_single_samples(estimator):
     constant = t([[0.7, 0.7, 0.7], [0.0, 0.0, 0.0]])
-    assert_close(compute_advantages(name, constant), torch.zeros_like(constant))
+    assert_close(estimator(constant), torch.zeros_like(constant))
     single = t([[1.0], [0.0]])  # G = 1
-    assert_close(compute_advantages(name, single), torch.zeros_like(single))
+    assert_close(estimator(single), torch.zeros_like(single))
 
 
 def test_reinforce_pp_degenerate_batches_give_zero():
@@ -157,32 +152,9 @@ def test_gae_lambda_one_gamma_one_is_return_minus_value():
     assert_close(returns, t([[1.0, 1.0, 1.0]]))
 
 
-def test_tree_step_advantages_are_child_minus_parent_values():
-    node_values = [[0.5, 0.75, 1.0], [0.5, 0.25, 0.0], [0.3]]
-    assert tree_step_advantages(node_values) == [[0.25, 0.25], [-0.25, -0.25], []]
-    with pytest.raises(ValueError, match="at least V\\(root\\)"):
-        tree_step_advantages([[]])
-
-
-def test_tree_advantages_spread_over_step_tokens():
-    tokens = tree_advantages_to_tokens([[0.25, -0.5], [1.0], []], [[2, 1], [4], []])
-    assert_close(tokens, t([[0.25, 0.25, -0.5, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]]))
-    assert tree_advantages_to_tokens([[1.0]], [[1]], num_tokens=3).tolist() == [[1.0, 0.0, 0.0]]
-    with pytest.raises(ValueError, match="2 step advantages but 1 step lengths"):
-        tree_advantages_to_tokens([[0.1, 0.2]], [[3]])
-
-
 def test_broadcast_to_tokens_zeroes_padding():
     out = broadcast_to_tokens(t([2.0, -1.0]), t([[1, 1, 0], [1, 0, 0]]))
     assert_close(out, t([[2.0, 2.0, 0.0], [-1.0, 0.0, 0.0]]))
-
-
-def test_compute_advantages_dispatches_and_rejects_unknown_names():
-    assert_close(compute_advantages("dr_grpo", t([[1.0, 0.0]])), t([[0.5, -0.5]]))
-    assert compute_advantages("tree", [[0.0, 1.0]]) == [[1.0]]
-    with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'; known estimators: .*grpo.*rloo"):
-        compute_advantages("ppo", REWARDS)
-    assert GROUP_ESTIMATORS <= set(ADVANTAGE_ESTIMATORS)
 
 
 def test_group_estimators_reject_flat_rewards():

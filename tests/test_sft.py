@@ -12,7 +12,8 @@ from planner.policy import SamplingParams, load_policy
 from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
 from rl.sft import (COLD_START_SFT, SFTConfig, collate, cold_start, encode_pair, load_pairs, lr_factor, pass_rates,
                     response_nll, train_sft)
-from verifiers.arithmetic import ARITHMETIC_ALPHABET, arithmetic_task, score
+from verifiers.arithmetic import ARITHMETIC_ALPHABET, arithmetic_task
+from verifiers.tasks import reward
 
 
 @pytest.fixture()
@@ -130,7 +131,7 @@ def test_pass_rates_count_samples_and_problems(scripted_policy):
     keys = [policy.decode(policy.encode_prompt(p.question)) for p in problems]
     policy.table = {keys[0]: [(problems[0].meta["solution"], -0.1, "stop"), ("<think>\n</think>0", -0.1, "stop")],
                     keys[1]: [("<think>\n</think>0", -0.1, "stop")]}
-    rates = pass_rates(policy, problems, score, n=2, max_tokens=40)
+    rates = pass_rates(policy, problems, reward, n=2, max_tokens=40)
     assert rates == {"pass@1": 0.25, "pass@2": 0.5}
 
 
