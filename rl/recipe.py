@@ -24,7 +24,8 @@ __all__ = ["DemoConfig", "run_demo", "TINY"]
 
 @dataclass
 class DemoConfig:
-    """Sizes of every stage. The defaults ran in 594 s on a 2-core CPU (the limit is 15 minutes)."""
+    """Sizes of every stage, chosen to finish within 15 minutes on a 2-core CPU (each run's own time
+    is in its summary.json)."""
 
     output_dir: str = "runs/demo"
     """Where the models, curves, metrics and the report go."""
@@ -55,17 +56,15 @@ class DemoConfig:
     mc_rollouts: int = 2
     """Rollouts per prefix of the Monte-Carlo scorer before RL."""
     rl_iterations: int = 20
-    """Search-train iterations, about 13-15 s each on 2 cores. Measured: 20 gave +7.4 points of
-    pass@1 with the whole demo in 594 s; 30 gave +10.5 in 809 s (`--rl_iterations 30`)."""
+    """Search-train iterations (the demo's run time is in its summary.json, `stage_seconds`)."""
     rl_prompts: int = 32
     """Problems per iteration."""
     rl_simulations: int = 8
     """MCTS simulations per tree during RL."""
     rl_lr: float = 1e-4
-    """Policy learning rate during RL. Measured on this model (MCTS trees, 32 prompts, GRPO, 12
-    iterations): 1e-4 with 4 minibatches raised pass@1 from 0.36 to 0.45; 2e-4 with 8 minibatches
-    reached 0.40, and 5e-4 with 4 minibatches fell to 0.17 (Adam's early steps are about lr in
-    every weight, and the policy gradient of 500 rows is noisy)."""
+    """Policy learning rate during RL. Adam's first steps move every weight by about lr, and the
+    policy gradient of a few hundred rows is noisy, so a small lr with several minibatches per
+    iteration is the safe side on this 1M-parameter model."""
     rl_minibatches: int = 4
     """Policy and critic updates per iteration (whole trees per minibatch; divides rl_prompts)."""
     rl_estimator: str = "grpo"
