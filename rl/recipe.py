@@ -126,9 +126,14 @@ def _tokens_to_bon_best(rows: list[dict]) -> dict:
 
 
 def run_demo(config: DemoConfig = DemoConfig()) -> dict:
-    """Run every stage; returns the summary written to `<output_dir>/summary.json`."""
-    import torch
+    """Run every stage on one torch thread; returns the summary written to `<output_dir>/summary.json`."""
+    from rl.runtime import torch_settings
 
+    with torch_settings(threads=1):
+        return _run_demo(config)
+
+
+def _run_demo(config: DemoConfig) -> dict:
     from planner.policy import load_policy
     from planner.strategies import MCTSConfig
     from rl.config import CriticConfig, TrainConfig
@@ -137,7 +142,6 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict:
     from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task
     from verifiers.tasks import load_task
 
-    torch.set_num_threads(1)
     start = time.perf_counter()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -19,12 +19,17 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="every stage at the smoke-test size (TINY)")
+    parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
+                                                               "bars too (default: one progress bar per stage, "
+                                                               "warnings and errors)")
     add_dataclass_arguments(parser, DemoConfig)
     args = parser.parse_args(argv)
+    from planner.logs import configure_logging
+    configure_logging(args.verbose)
     base = TINY if args.tiny else DemoConfig()
     try:
         config = dataclass_from_args(DemoConfig, args, **{k: v for k, v in dataclasses.asdict(base).items()
-                                                          if f"{k}" not in vars(args)})
+                                                          if k not in vars(args) and k != "verbose"})
     except ValueError as error:
         parser.error(str(error))
     summary = run_demo(config)
@@ -35,5 +40,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(main())
