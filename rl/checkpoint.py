@@ -22,19 +22,20 @@ def exists(output_dir: str | Path) -> bool:
     return (checkpoint_dir(output_dir) / "state.pt").is_file()
 
 
-def save(output_dir: str | Path, trainer) -> Path:
+def save(output_dir: str | Path, learner, tokenizer, iteration: int) -> Path:
+    """Write `learner` (rl.learner.Learner) and the loop's `iteration` (the next one to run)."""
     final = checkpoint_dir(output_dir)
     tmp = final.with_name("checkpoint.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    trainer.learner.save_pretrained(tmp / "policy", safe_serialization=True)
-    trainer.tokenizer.save_pretrained(tmp / "policy")
-    if trainer.critic is not None:
-        trainer.critic.save_pretrained(tmp / "critic")
+    learner.policy.save_pretrained(tmp / "policy", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "policy")
+    if learner.critic is not None:
+        learner.critic.save_pretrained(tmp / "critic")
     torch.save({
-        "iteration": trainer.iteration,
-        "optimizer": trainer.optimizer.state_dict(),
-        "critic_optimizer": trainer.critic_optimizer.state_dict() if trainer.critic_optimizer else None,
-        "kl_coef": float(trainer.kl_controller.value),
+        "iteration": iteration,
+        "optimizer": learner.optimizer.state_dict(),
+        "critic_optimizer": learner.critic_optimizer.state_dict() if learner.critic_optimizer else None,
+        "kl_coef": float(learner.kl_controller.value),
     }, tmp / "state.pt")
     old = final.with_name("checkpoint.old")
     shutil.rmtree(old, ignore_errors=True)
@@ -45,21 +46,21 @@ def save(output_dir: str | Path, trainer) -> Path:
     return final
 
 
-def load(output_dir: str | Path, trainer) -> int:
-    """Restore the trainer's weights and states in place; returns the iteration to continue from."""
+def load(output_dir: str | Path, learner) -> int:
+    """Restore the learner's weights and states in place; returns the iteration to continue from."""
     from safetensors.torch import load_file
 
     folder = checkpoint_dir(output_dir)
     state = torch.load(folder / "state.pt", weights_only=False)
-    load_weights_strictly(trainer.learner, _weights(folder / "policy", load_file), folder / "policy")
-    trainer.optimizer.load_state_dict(state["optimizer"])
-    if trainer.critic is not None:
+    load_weights_strictly(learner.policy, _weights(folder / "policy", load_file), folder / "policy")
+    learner.optimizer.load_state_dict(state["optimizer"])
+    if learner.critic is not None:
         if state["critic_optimizer"] is None:
             raise ValueError(f"the checkpoint in {folder} was saved without a critic, but this run trains one: "
                              "resume with critic.enabled=false, or start a new output_dir")
-        load_weights_strictly(trainer.critic.model, _weights(folder / "critic", load_file), folder / "critic")
-        trainer.critic_optimizer.load_state_dict(state["critic_optimizer"])
-    trainer.kl_controller.value = state["kl_coef"]
+        load_weights_strictly(learner.critic.model, _weights(folder / "critic", load_file), folder / "critic")
+        learner.critic_optimizer.load_state_dict(state["critic_optimizer"])
+    learner.kl_controller.value = state["kl_coef"]
     return int(state["iteration"])
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import torch
+
 from planner.strategies import BeamConfig, BestOfNConfig, DVTSConfig, MCTSConfig, SearchConfig
 from rl.estimators import ADVANTAGE_ESTIMATORS, NEEDS_CRITIC
 from rl.kl import KL_ESTIMATORS
@@ -20,6 +22,11 @@ __all__ = ["CriticConfig", "TrainConfig", "TREE_STRATEGIES"]
 
 TREE_STRATEGIES = ("best_of_n", "beam", "dvts", "mcts")
 """Strategies that can grow training trees; each has a field of that name in `TrainConfig`."""
+
+
+def cpu_supports_bfloat16() -> bool:
+    """Whether this CPU has bf16 instructions (oneDNN's own check: AVX512-BF16 or AMX)."""
+    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def _fail(owner: str, name: str, allowed: str, got) -> None:
@@ -115,6 +122,35 @@ class TrainConfig:
     """Dynamic sampling (DAPO): leave out groups whose rewards are all equal (they carry no signal)."""
     critic: CriticConfig = field(default_factory=CriticConfig)
     """The value critic."""
+    device: str = "auto"
+    """Where the learner's models live: "auto" (CUDA when available, else the CPU), "cpu", "cuda", "cuda:1"."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Learner precision: "float32", or "bfloat16" = autocast with float32 master weights and AdamW state
+    (rl/learner.py says why this form). bfloat16 needs a GPU or a CPU with bf16 instructions."""
+    reference_device: str | None = None
+    """The reference model's device (None: the learner's), e.g. "cpu" to keep GPU memory for the policy."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward instead of storing them (policy and critic): less memory,
+    about one more forward of time."""
+    micro_batch_tokens: int | None = None
+    """Most padded tokens (rows x longest row) per forward/backward; a minibatch's micro-batches
+    accumulate into one optimizer step with the same gradient as the whole minibatch. None: one pass."""
+    logprob_chunk: int | None = None
+    """Compute log-probabilities over this many positions at a time from the trunk's hidden states, so
+    no whole-batch float32 logits exist (rl/forward.py). None: the model's own logits."""
+    tis_cap: float | None = None
+    """Truncated importance sampling of the engine against the learner (rl/mismatch.py): each token's
+    surrogate is weighted by min(pi_learner_old / pi_engine, tis_cap). Needs old_logprobs="learner".
+    None: off (the mismatch metrics are logged either way)."""
+    engine_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """The serving engine's weights: float32 keeps it equal to a float32 learner; bfloat16 is vLLM's
+    usual GPU setting (then log the mismatch, and consider tis_cap)."""
+    engine_memory_fraction: float = 0.85
+    """vLLM on GPU: the fraction of GPU memory the engine may take (gpu_memory_utilization); the rest is
+    the learner's when both share one GPU. Ignored on CPU (the KV cache has a fixed size there)."""
+    engine_sleep: bool = True
+    """vLLM sharing the learner's GPU: sleep (level 1: weights to CPU, KV cache freed) during the
+    learner phase, wake for the weight push. No effect on CPU or with the transformers engine."""
     seed: int = 0
     """Seed of everything (problem order, search, minibatches)."""
     deterministic: bool = False
@@ -163,6 +199,30 @@ class TrainConfig:
             _fail("TrainConfig", "kl_reward_coef", "a number >= 0", self.kl_reward_coef)
         if self.loss.kl_kind not in KL_ESTIMATORS:
             _fail("TrainConfig", "loss.kl_kind", f"one of {list(KL_ESTIMATORS)}", self.loss.kl_kind)
+        self._check_learner_options()
+
+    def _check_learner_options(self) -> None:
+        if self.dtype not in ("float32", "bfloat16"):
+            _fail("TrainConfig", "dtype", "one of ['bfloat16', 'float32']", self.dtype)
+        if self.engine_dtype not in ("float32", "bfloat16", "float16"):
+            _fail("TrainConfig", "engine_dtype", "one of ['bfloat16', 'float16', 'float32']", self.engine_dtype)
+        on_cpu = self.device == "cpu" or (self.device == "auto" and not torch.cuda.is_available())
+        if self.dtype == "bfloat16" and on_cpu and not cpu_supports_bfloat16():
+            raise ValueError("TrainConfig.dtype='bfloat16' on the CPU needs bf16 instructions (AVX512-BF16 or "
+                             "AMX), which this CPU lacks: use dtype='float32', or train on a GPU")
+        for name in ("micro_batch_tokens", "logprob_chunk"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
+                _fail("TrainConfig", name, "an integer >= 2 or None", value)
+        if self.tis_cap is not None:
+            if not self.tis_cap >= 1:
+                _fail("TrainConfig", "tis_cap", "a number >= 1 or None", self.tis_cap)
+            if self.old_logprobs != "learner":
+                raise ValueError("TrainConfig.tis_cap weighs tokens by pi_learner_old / pi_engine, so it needs "
+                                 "old_logprobs='learner' (with 'engine' there is no learner log-probability to "
+                                 "compare): set old_logprobs='learner' or tis_cap=None")
+        if not 0 < self.engine_memory_fraction < 1:
+            _fail("TrainConfig", "engine_memory_fraction", "a number in (0, 1)", self.engine_memory_fraction)
 
     @property
     def search(self) -> SearchConfig:

@@ -106,7 +106,8 @@ def entropy_from_logits(logits: Tensor, chunk_size: int = 1024) -> Tensor:
 
 
 def aggregate_loss(
-    per_token_loss: Tensor, mask: Tensor, aggregation: Aggregation, max_length: int | None = None
+    per_token_loss: Tensor, mask: Tensor, aggregation: Aggregation, max_length: int | None = None,
+    num_tokens: float | None = None, num_rows: int | None = None,
 ) -> Tensor:
     """Reduce a per-token loss (B, T) to a scalar.
 
@@ -120,17 +121,23 @@ def aggregate_loss(
         Liu et al. 2025): no length bias. TRL loss_type "dr_grpo" with max_length =
         max_completion_length.
     A sequence with no valid token counts as 0 in the sequence means (as in TRL).
+
+    Gradient accumulation: with `num_tokens` / `num_rows` (the valid tokens and rows of the whole
+    minibatch that this (B, T) slice is a micro-batch of), the sums are divided by those totals
+    instead of this slice's own counts, so the micro-batch losses add up exactly to the minibatch's.
     """
+    tokens = mask.to(per_token_loss.dtype).sum() if num_tokens is None else torch.as_tensor(float(num_tokens))
+    rows = per_token_loss.shape[0] if num_rows is None else num_rows
     if aggregation == "token_mean":
-        return masked_mean(per_token_loss, mask)
+        return masked_sum(per_token_loss, mask) / tokens.clamp(min=1.0)
     if aggregation == "seq_mean_token_mean":
-        return masked_mean(per_token_loss, mask, dim=1).mean()  # (B,) -> ()
+        return masked_mean(per_token_loss, mask, dim=1).sum() / rows  # (B,) -> ()
     if aggregation == "seq_mean_token_sum":
-        return masked_sum(per_token_loss, mask, dim=1).mean()  # (B,) -> ()
+        return masked_sum(per_token_loss, mask, dim=1).sum() / rows  # (B,) -> ()
     if aggregation == "seq_mean_token_sum_norm":
         if max_length is None:
             raise ValueError("aggregation 'seq_mean_token_sum_norm' needs max_length")
-        return masked_sum(per_token_loss, mask) / (per_token_loss.shape[0] * max_length)
+        return masked_sum(per_token_loss, mask) / (rows * max_length)
     raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}; got {aggregation!r}")
 
 
@@ -193,6 +200,9 @@ def policy_loss(
     config: PolicyLossConfig,
     ref_logp: Tensor | None = None,
     entropy: Tensor | None = None,
+    importance_weights: Tensor | None = None,
+    num_tokens: float | None = None,
+    num_rows: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate (Schulman et al. 2017) with clip-higher, dual clip, in-loss KL and entropy.
 
@@ -200,7 +210,11 @@ def policy_loss(
     old_logp (B, T) under the behaviour policy that sampled them; advantages (B, T) (use
     `rl.advantages.broadcast_to_tokens` for sequence advantages); mask (B, T); ref_logp (B, T)
     under the reference policy (needed when config.kl_coef > 0); entropy (B, T) per-token entropy
-    (needed when config.entropy_coef != 0, see `entropy_from_logits`).
+    (needed when config.entropy_coef != 0, see `entropy_from_logits`). importance_weights (B, T):
+    per-token weights on the surrogate, no gradient (truncated importance sampling of the rollout
+    engine against the learner, `rl.mismatch.tis_weights`). num_tokens / num_rows: the minibatch's
+    totals when this call sees one micro-batch of it (see `aggregate_loss`); metrics stay this
+    micro-batch's own means.
 
     Metrics: pg_loss (the surrogate alone), approx_kl (k3 of old vs new, mean((ratio - 1) -
     log ratio)), clipfrac_low / clipfrac_high / clipfrac (tokens whose gradient the clip removes:
@@ -229,6 +243,8 @@ def policy_loss(
         pg_losses = torch.where(advantages < 0, dual_clipped, pg_losses)  # (B, T)
 
     per_token_loss = pg_losses  # (B, T)
+    if importance_weights is not None:  # TIS: pi_learner_old / pi_engine, capped; a constant per token
+        per_token_loss = per_token_loss * importance_weights.detach()  # (B, T)
     per_token_kl = None
     if config.kl_coef > 0:
         if ref_logp is None:
@@ -236,11 +252,11 @@ def policy_loss(
         per_token_kl = kl(logp, ref_logp.detach(), config.kl_kind)  # (B, T)
         per_token_loss = per_token_loss + config.kl_coef * per_token_kl  # (B, T)
 
-    loss = aggregate_loss(per_token_loss, mask, config.aggregation, config.max_length)  # ()
+    loss = aggregate_loss(per_token_loss, mask, config.aggregation, config.max_length, num_tokens, num_rows)  # ()
     if config.entropy_coef != 0:
         if entropy is None:
             raise ValueError("config.entropy_coef != 0 needs entropy (B, T)")
-        entropy_loss = masked_mean(entropy, mask)  # ()
+        entropy_loss = aggregate_loss(entropy, mask, "token_mean", num_tokens=num_tokens)  # ()
         loss = loss - config.entropy_coef * entropy_loss
 
     with torch.no_grad():
@@ -274,6 +290,7 @@ def value_loss(
     mask: Tensor,
     clip_range: float | None = 0.2,
     aggregation: Aggregation = "token_mean",
+    num_tokens: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped value loss of PPO2 (OpenAI baselines; CleanRL `ppo.py`): 0.5 * max(unclipped, clipped).
 
@@ -283,7 +300,8 @@ def value_loss(
     clipping off (plain 0.5 * squared error).
     Metrics: value_loss, vf_clipfrac (tokens where the clipped error is the larger),
     explained_variance = 1 - Var(returns - old_values) / Var(returns) over the mask (NaN when
-    Var(returns) = 0, as in CleanRL, where it is undefined).
+    Var(returns) = 0, as in CleanRL, where it is undefined). num_tokens: the minibatch's valid tokens
+    when this call sees one micro-batch of it (see `aggregate_loss`).
     """
     if not (values.shape == old_values.shape == returns.shape == mask.shape):
         raise ValueError(
@@ -304,14 +322,14 @@ def value_loss(
         v_clipped = old_values + torch.clamp(values - old_values, -clip_range, clip_range)  # (B, T)
         v_loss_clipped = (v_clipped - returns).square()  # (B, T)
         v_loss_max = torch.maximum(v_loss_unclipped, v_loss_clipped)  # (B, T)
-    loss = 0.5 * aggregate_loss(v_loss_max, mask, aggregation)  # ()
+    loss = 0.5 * aggregate_loss(v_loss_max, mask, aggregation, num_tokens=num_tokens)  # ()
 
     with torch.no_grad():
         var_returns = masked_var(returns, mask, unbiased=False)
         var_residual = masked_var(returns - old_values, mask, unbiased=False)
         explained_variance = float("nan") if var_returns == 0 else (1 - var_residual / var_returns).item()
         metrics = {
-            "value_loss": loss.item(),
+            "value_loss": 0.5 * aggregate_loss(v_loss_max, mask, aggregation).item(),
             "vf_clipfrac": masked_mean((v_loss_clipped > v_loss_unclipped).to(mask.dtype), mask).item(),
             "explained_variance": explained_variance,
             "value_mean": masked_mean(values, mask).item(),

@@ -189,7 +189,7 @@ def _run_demo(config: DemoConfig) -> dict:
     t = lap("rl", t)
 
     after = pass_at_1(trainer.engine)
-    rows_after = _scaling(trainer.engine, scaling_set, task, config, trainer.critic, "after_rl", out)
+    rows_after = _scaling(trainer.engine, scaling_set, task, config, trainer.learner.critic, "after_rl", out)
     trainer.engine.close()
     lap("scaling_after_rl", t)
 

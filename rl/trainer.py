@@ -3,8 +3,8 @@
 Per iteration (DESIGN.md, "Trainer loop"):
   draw prompts -> grow one tree per prompt with the serving engine (and the critic as scorer)
   -> reward every leaf with the task's verifier -> rows from the trees (rl/batch.py)
-  -> old, reference and critic values, once -> advantages (rl/estimators.py) -> K epochs of
-  minibatch updates of the policy (clipped surrogate) and the critic (clipped value loss)
+  -> the learner's update (rl/learner.py: old, reference and critic values once, advantages from
+  rl/estimators.py, K epochs of minibatch updates of the policy and the critic)
   -> push the new weights into the engine (`Policy.load_weights`) -> log -> checkpoint.
 
 Every random choice of iteration i is drawn from seeds derived from (seed, i), and torch's global
@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -34,34 +33,11 @@ from rl import checkpoint
 from rl.advantages import nonzero_variance_groups
 from rl.batch import RolloutBatch, batch_from_trees, reward_leaves
 from rl.config import TrainConfig
-from rl.critic import ValueCritic
-from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
-from rl.kl import AdaptiveKLController, FixedKLController, kl
-from rl.losses import entropy_from_logits, is_finite_loss, masked_mean, policy_loss, sequence_logprobs, value_loss
+from rl.learner import Learner, derived_seed
 from rl.metrics import MetricsLogger
 from rl.runtime import torch_settings
 
-__all__ = ["SearchTrainer", "token_logprobs", "derived_seed"]
-log = logging.getLogger(__name__)
-SYNC_TOLERANCE = 1e-3
-
-
-def derived_seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] % (2**31 - 1))
-
-
-def token_logprobs(model, batch: RolloutBatch, entropy: str = "none"):
-    """(B, L) log-probability of token t given tokens < t (0 at t = 0), and the entropy (B, L) when
-    `entropy` is "grad" (an entropy bonus needs its gradient) or "log" (a diagnostic, no gradient)."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()  # (B, L, V)
-    logp = sequence_logprobs(logits[:, :-1], batch.input_ids[:, 1:])  # (B, L-1)
-    logp = torch.nn.functional.pad(logp, (1, 0))  # (B, L): aligned with the token it scores
-    if entropy == "none":
-        return logp, None
-    with torch.set_grad_enabled(entropy == "grad" and torch.is_grad_enabled()):
-        source = logits if entropy == "grad" else logits.detach()
-        values = torch.nn.functional.pad(entropy_from_logits(source[:, :-1]), (1, 0))  # (B, L)
-    return logp, values
+__all__ = ["SearchTrainer"]
 
 
 def _search(view, *, strategy, prompt_ids, scorer, settings, seed):
@@ -82,34 +58,24 @@ class SearchTrainer:
     """
 
     def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, resume: bool = False) -> None:
-        from transformers import AutoModelForCausalLM
-
         if not problems:
             raise ValueError("SearchTrainer needs at least one problem to train on")
         self.config, self.problems, self.reward_fn, self.extract = config, list(problems), reward_fn, extract
-        self.estimator = ADVANTAGE_ESTIMATORS[config.estimator]
         self.iteration = 0
         with self._scope():
-            self.engine = load_policy(config.model, backend=config.backend, seed=config.seed, threads=config.threads)
-            self.tokenizer = self.engine.tokenizer
-            self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-            self.learner = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32)
-            self.learner.train()
-            self.reference = None
-            if config.uses_reference:
-                self.reference = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32).eval()
-                self.reference.requires_grad_(False)
-            self.optimizer = torch.optim.AdamW(self.learner.parameters(), lr=config.lr)
-            self.critic = self.critic_optimizer = None
-            if config.critic.enabled:
-                self.critic = ValueCritic.from_policy(config.model)
-                self.critic_optimizer = torch.optim.AdamW(self.critic.model.parameters(), lr=config.critic.lr)
-        beta = config.loss.kl_coef if config.kl_placement == "loss" else config.kl_reward_coef
-        self.kl_controller = (AdaptiveKLController(beta, config.kl_target, horizon=10_000)
-                              if config.kl_target is not None else FixedKLController(beta))
+            self.learner = Learner(config)
+            engine_options = {"threads": config.threads}
+            if config.backend == "hf":
+                engine_options["device"] = str(self.learner.device)
+            elif self.learner.device.type == "cuda":
+                engine_options["kv_cache_fraction"] = config.engine_memory_fraction
+            self.engine = load_policy(config.model, backend=config.backend, dtype=config.engine_dtype,
+                                      seed=config.seed, **engine_options)
+        self.tokenizer = self.engine.tokenizer
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if resume and checkpoint.exists(config.output_dir):
-            self.iteration = checkpoint.load(config.output_dir, self)
-            self.engine.load_weights(self.learner.state_dict())
+            self.iteration = checkpoint.load(config.output_dir, self.learner)
+            self.engine.load_weights(self.learner.weights())
         self.logger = MetricsLogger(config.output_dir, resume_from=self.iteration if resume else None)
 
     def _scope(self, *seed_parts: int):
@@ -131,8 +97,8 @@ class SearchTrainer:
         (allowed in training) so the first trees are not guided by an untrained head."""
         if self.config.strategy == "best_of_n":
             return None
-        if self.critic is not None and self.config.critic.use_as_scorer and self.iteration > 0:
-            return self.critic
+        if self.learner.critic is not None and self.config.critic.use_as_scorer and self.iteration > 0:
+            return self.learner.critic
         return VerifierOracleScorer(problem.reference, self.engine.decode, extract=lambda text: text,
                                     verify=lambda reference, text: self.reward_fn(text, problem) > 0.5)
 
@@ -162,107 +128,6 @@ class SearchTrainer:
         prompts = [self.engine.encode_prompt(p.question) for p in problems]
         greedy = self.engine.generate(prompts, SamplingParams(temperature=0, max_tokens=self.config.response_tokens))
         return torch.tensor([float(self.reward_fn(g[0].text, p)) for g, p in zip(greedy, problems)])
-
-    # ---- learning ---------------------------------------------------------------------------------
-    def _old_logprobs(self, batch: RolloutBatch) -> torch.Tensor | None:
-        """(B, L) behaviour log-probabilities for the importance ratio, computed once before the updates:
-        the engine's, or the learner's own. None means on-policy: with one epoch of one minibatch the
-        update's own forward is the behaviour policy, so the ratio is 1 by definition (as TRL does)."""
-        c = self.config
-        if c.old_logprobs == "engine":
-            return batch.old_logprobs
-        kl_in_reward = c.kl_placement == "reward" and self.reference is not None
-        if c.epochs == 1 and c.minibatches == 1 and not kl_in_reward:
-            return None
-        return token_logprobs(self.learner, batch)[0]
-
-    def _minibatches(self, batch: RolloutBatch, iteration: int, epoch: int) -> Iterator[list[int]]:
-        """Row indices of each minibatch: whole groups (trees), shuffled per (iteration, epoch)."""
-        groups = batch.group.unique().tolist()
-        order = np.random.default_rng(derived_seed(self.config.seed, iteration, epoch)).permutation(len(groups))
-        for chunk in np.array_split(order, self.config.minibatches):
-            chosen = {groups[j] for j in chunk}
-            rows = [i for i, g in enumerate(batch.group.tolist()) if g in chosen]
-            if rows:
-                yield rows
-
-    def train_on(self, batch: RolloutBatch, iteration: int, greedy_rewards: torch.Tensor | None = None) -> dict:
-        """K epochs of minibatch updates of policy and critic on one iteration's rows."""
-        c = self.config
-        mask = batch.response_mask
-        with torch.no_grad():
-            old_logp = self._old_logprobs(batch)  # (B, L) or None (on-policy)
-            behaviour = old_logp if old_logp is not None else batch.old_logprobs  # for the reward's KL only
-            ref_logp = token_logprobs(self.reference, batch)[0] if self.reference is not None else None
-            old_values = (self.critic.token_values(batch.input_ids, batch.attention_mask)
-                          if self.critic is not None else torch.zeros_like(mask))  # (B, L)
-        kl_in_reward = c.kl_placement == "reward" and ref_logp is not None
-        out = self.estimator(AdvantageInputs(
-            rewards=batch.rewards, group=batch.group, mask=mask,
-            kl=kl(behaviour, ref_logp, kind=c.loss.kl_kind) * mask if kl_in_reward else torch.zeros_like(mask),
-            kl_coef=self.kl_controller.value if kl_in_reward else 0.0, values=old_values,
-            node_values=batch.token_values, parent_values=batch.parent_values, greedy_rewards=greedy_rewards,
-            gamma=c.gamma, lam=c.lam))
-        targets = out.value_targets if out.value_targets is not None else batch.token_values
-        target_mask = out.value_mask if out.value_mask is not None else mask
-        metrics: dict[str, float] = {}
-        if self.critic is not None:  # error on this iteration's fresh (held-out) tree nodes, before training
-            metrics["critic_heldout_mse"] = float(masked_mean((old_values.clamp(0, 1) - batch.token_values) ** 2, mask))
-        loss_config = dataclasses.replace(c.loss, kl_coef=self.kl_controller.value if c.kl_placement == "loss" else 0.0)
-        entropy_mode = "grad" if loss_config.entropy_coef != 0 else "log"
-        sums: dict[str, list[float]] = {}
-        for epoch in range(c.epochs):
-            for rows in self._minibatches(batch, iteration, epoch):
-                idx, mb = torch.tensor(rows), batch.select(rows)
-                logp, entropy = token_logprobs(self.learner, mb, entropy=entropy_mode)
-                if "engine_learner_logprob_gap" not in metrics:  # the learner before its first update
-                    metrics["engine_learner_logprob_gap"] = self._sync_gap(logp.detach(), mb)
-                loss, m = policy_loss(logp, old_logp[idx] if old_logp is not None else logp.detach(), out.advantages[idx],
-                                      mb.response_mask, loss_config, entropy=entropy,
-                                      ref_logp=ref_logp[idx] if ref_logp is not None and loss_config.kl_coef > 0 else None)
-                self._update(self.learner, self.optimizer, loss, "policy", m)
-                if self.critic is not None:
-                    self.critic.model.train()
-                    values = self.critic.token_values(mb.input_ids, mb.attention_mask)
-                    v_loss, vm = value_loss(values, old_values[idx], targets[idx], target_mask[idx],
-                                            clip_range=c.critic.clip_range)
-                    self._update(self.critic.model, self.critic_optimizer, v_loss, "critic", vm)
-                    self.critic.model.eval()
-                    m.update(vm)
-                for k, v in m.items():
-                    sums.setdefault(k, []).append(float(v))
-        metrics.update({k: float(np.mean(v)) for k, v in sums.items()})
-        if ref_logp is not None:
-            metrics["kl_to_reference"] = float(masked_mean(kl(behaviour, ref_logp, kind="k3"), mask))
-            self.kl_controller.update(metrics["kl_to_reference"], len(batch))
-        metrics["kl_coef"] = float(self.kl_controller.value)
-        return metrics
-
-    def _sync_gap(self, learner_logp: torch.Tensor, batch: RolloutBatch) -> float:
-        """The engine sampled with the weights the learner holds before its first update: their
-        log-probabilities of the sampled tokens must agree (float32, 1e-3). Logged every iteration;
-        raised in debug mode."""
-        gap = float(((learner_logp - batch.old_logprobs).abs() * batch.response_mask).max())
-        if self.config.debug and gap > SYNC_TOLERANCE:
-            raise RuntimeError(f"engine and learner disagree on sampled-token log-probabilities by {gap:.2e} "
-                               f"(> {SYNC_TOLERANCE}): weights are out of sync")
-        return gap
-
-    def _update(self, model, optimizer, loss, what: str, metrics: dict) -> None:
-        """One optimizer step on `loss`, skipped (with a warning) when the loss or its gradient is not finite."""
-        optimizer.zero_grad()
-        metrics[f"{what}_skipped"] = 1.0
-        if not is_finite_loss(loss):
-            log.warning("iteration %d: %s loss is %s; update skipped", self.iteration, what, loss.detach().item())
-            return
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.config.max_grad_norm)
-        if not torch.isfinite(norm):  # the total norm is NaN/inf whenever any gradient entry is
-            log.warning("iteration %d: %s gradient is not finite; update skipped", self.iteration, what)
-            optimizer.zero_grad()
-            return
-        optimizer.step()
-        metrics[f"{what}_skipped"] = 0.0
 
     def _drop_flat_groups(self, batch: RolloutBatch) -> RolloutBatch:
         flat = {int(g) for g in batch.group.unique()
@@ -295,8 +160,8 @@ class SearchTrainer:
                     for g in batch.group.unique()]
         if c.drop_zero_variance_groups:
             batch = self._drop_flat_groups(batch)
-        metrics = self.train_on(batch, i, greedy)
-        self.engine.load_weights(self.learner.state_dict())
+        metrics = self.learner.update(batch, i, greedy)
+        self.engine.load_weights(self.learner.weights())
         spent = self.engine.stats - engine_before
         metrics.update({
             "iteration": i, "reward_mean": float(batch.rewards.mean()),
@@ -309,7 +174,7 @@ class SearchTrainer:
         self.iteration += 1
         self.logger.log(metrics)
         if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
-            checkpoint.save(c.output_dir, self)
+            checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration)
         return metrics
 
     def run(self, progress: bool = True) -> list[dict]:

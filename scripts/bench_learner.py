@@ -106,27 +106,35 @@ def tree_cpu() -> float:
 
 class PhaseTimer:
     """CPU time of this process per phase of our iteration, by wrapping the trainer's methods (no profiler
-    overhead). CPU rather than wall time: other work on a shared machine inflates wall time, not CPU time."""
+    overhead). CPU rather than wall time: other work on a shared machine inflates wall time, not CPU time.
+    Phases may nest (the optimizer step calls the forward): each phase counts its own time only, its
+    nested phases' time going to them, so the phases never count a second twice."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self._stack: list[list[float]] = []  # per open phase: [start, time spent in nested phases]
 
     def wrap(self, owner, name: str, label) -> None:
         original = getattr(owner, name)
 
         def timed(*args, **kwargs):
-            start = time.process_time()
+            self._stack.append([time.process_time(), 0.0])
             try:
                 return original(*args, **kwargs)
             finally:
+                start, nested = self._stack.pop()
+                elapsed = time.process_time() - start
                 key = label(*args, **kwargs) if callable(label) else label
-                self.seconds[key] = self.seconds.get(key, 0.0) + time.process_time() - start
+                self.seconds[key] = self.seconds.get(key, 0.0) + elapsed - nested
+                if self._stack:
+                    self._stack[-1][1] += elapsed
         setattr(owner, name, timed)
 
 
 def run_ours(args, name: str) -> dict:
     import torch
 
+    import rl.learner as L
     import rl.trainer as T
     from planner.strategies import BestOfNConfig
     from rl.config import CriticConfig, TrainConfig
@@ -150,12 +158,13 @@ def run_ours(args, name: str) -> dict:
     startup = time.perf_counter() - start
     phases = PhaseTimer()
     phases.wrap(trainer, "grow_trees", "search (generate + reward)")
-    phases.wrap(T, "token_logprobs", lambda *a, **k: "learner forward (with grad)" if torch.is_grad_enabled()
+    learner = trainer.learner
+    phases.wrap(L, "token_logprobs", lambda *a, **k: "learner forward (with grad)" if torch.is_grad_enabled()
                 else "old-logprob recompute (no grad)")
-    phases.wrap(trainer, "_update", lambda model, *a, **k: "critic backward + AdamW" if trainer.critic is not None
-                and model is trainer.critic.model else "policy backward + clip + AdamW")
-    if trainer.critic is not None:
-        phases.wrap(trainer.critic, "token_values", "critic forward")
+    phases.wrap(learner, "_step", lambda model, *a, **k: "critic loss + backward + AdamW" if learner.critic is not None
+                and model is learner.critic.model else "policy loss + backward + clip + AdamW")
+    if learner.critic is not None:
+        phases.wrap(learner.critic, "token_values", "critic forward")
     phases.wrap(trainer.engine, "load_weights", "weight push (load_weights)")
     phases.wrap(trainer.logger, "log", "metrics logging")
     times, cpu_times, own_cpu_times, lengths = [], [], [], []

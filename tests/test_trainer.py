@@ -22,7 +22,7 @@ from rl.metrics import read_metrics
 from rl.trainer import SearchTrainer
 
 REPO = Path(__file__).resolve().parents[1]
-TIMING = {"seconds", "search_seconds"}
+TIMING = {"seconds", "search_seconds", "peak_memory_mb"}  # measurements, not results
 
 
 @dataclass
@@ -59,15 +59,15 @@ def config(model_dir, out, **changes) -> TrainConfig:
 def test_grpo_raises_reward_and_changes_every_parameter(rl_model_dir, tmp_path):
     trainer = SearchTrainer(config(rl_model_dir, tmp_path, critic=CriticConfig(enabled=False)), PROBLEMS,
                             digit_fraction)
-    before = {k: v.clone() for k, v in trainer.learner.named_parameters()}
+    before = {k: v.clone() for k, v in trainer.learner.policy.named_parameters()}
     history = trainer.run(progress=False)
     rewards = [m["reward_mean"] for m in history]
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.03, rewards
-    unchanged = [k for k, v in trainer.learner.named_parameters() if torch.equal(v, before[k])]
+    unchanged = [k for k, v in trainer.learner.policy.named_parameters() if torch.equal(v, before[k])]
     assert not unchanged, unchanged
     # the engine serves the learner's weights after every push
     served = trainer.engine.model.state_dict()
-    assert all(torch.equal(served[k], v) for k, v in trainer.learner.state_dict().items())
+    assert all(torch.equal(served[k], v) for k, v in trainer.learner.policy.state_dict().items())
     rows = read_metrics(tmp_path)
     assert [r["iteration"] for r in rows] == list(range(6))
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 7
@@ -82,7 +82,7 @@ def test_mcts_trees_train_the_critic_and_its_error_on_new_nodes_falls(rl_model_d
     assert sum(errors[1:]) / 4 < 0.6 * errors[0], errors
     assert all(m["tree_nodes"] > 1 + 4 for m in history)  # real trees, not single samples
     # the trained critic guided the searches after the first iteration
-    assert trainer._scorer(PROBLEMS[0]) is trainer.critic
+    assert trainer._scorer(PROBLEMS[0]) is trainer.learner.critic
 
 
 def test_ppo_with_gae_runs_and_fits_the_value(rl_model_dir, tmp_path):
@@ -95,14 +95,14 @@ def test_ppo_with_gae_runs_and_fits_the_value(rl_model_dir, tmp_path):
 
 def first_update_gradient(trainer) -> torch.Tensor:
     """Run one iteration and return the policy gradient of its first optimizer step (after clipping)."""
-    grads, step = [], trainer.optimizer.step
+    grads, step = [], trainer.learner.optimizer.step
 
     def recording_step(*args, **kwargs):
         if not grads:
-            grads.append(torch.cat([p.grad.flatten() for p in trainer.learner.parameters()]))
+            grads.append(torch.cat([p.grad.flatten() for p in trainer.learner.policy.parameters()]))
         return step(*args, **kwargs)
 
-    trainer.optimizer.step = recording_step
+    trainer.learner.optimizer.step = recording_step
     metrics = trainer.step()
     return grads[0], metrics
 
@@ -135,12 +135,12 @@ def test_engine_logprobs_as_old_logprobs_give_the_same_update(rl_model_dir, tmp_
 def test_nan_loss_skips_the_update_without_changing_weights(rl_model_dir, tmp_path, caplog):
     trainer = SearchTrainer(config(rl_model_dir, tmp_path, iterations=1, critic=CriticConfig(enabled=False)),
                             PROBLEMS, lambda text, p: float("nan"))
-    before = {k: v.clone() for k, v in trainer.learner.named_parameters()}
+    before = {k: v.clone() for k, v in trainer.learner.policy.named_parameters()}
     with caplog.at_level(logging.WARNING, logger="rl.trainer"):
         metrics = trainer.step()
     assert metrics["policy_skipped"] == 1.0
     assert "update skipped" in caplog.text
-    assert all(torch.equal(v, before[k]) for k, v in trainer.learner.named_parameters())
+    assert all(torch.equal(v, before[k]) for k, v in trainer.learner.policy.named_parameters())
 
 
 @pytest.mark.parametrize("changes, message", [

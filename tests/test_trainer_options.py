@@ -43,18 +43,18 @@ def weights(model) -> torch.Tensor:
 def test_every_estimator_trains_on_every_tree_shape(model_dir, tmp_path, estimator, strategy):
     critic = CriticConfig(enabled=estimator in NEEDS_CRITIC, target="gae" if estimator == "gae" else "tree")
     trainer = make(model_dir, tmp_path, estimator=estimator, strategy=strategy, critic=critic)
-    before = weights(trainer.learner)
+    before = weights(trainer.learner.policy)
     metrics = trainer.step()
     assert metrics["policy_skipped"] == 0.0 and torch.isfinite(torch.tensor(metrics["pg_loss"]))
     if metrics["zero_variance_groups"] < 1 or estimator in ("reinforce", "reward_to_go", "gae"):
-        assert not torch.equal(weights(trainer.learner), before), "the update moved nothing"
+        assert not torch.equal(weights(trainer.learner.policy), before), "the update moved nothing"
 
 
 def test_several_epochs_make_more_updates(model_dir, tmp_path):
     trainer = make(model_dir, tmp_path, epochs=3, minibatches=2, old_logprobs="learner")
     steps = []
-    step = trainer.optimizer.step
-    trainer.optimizer.step = lambda *a, **k: (steps.append(1), step(*a, **k))[1]
+    step = trainer.learner.optimizer.step
+    trainer.learner.optimizer.step = lambda *a, **k: (steps.append(1), step(*a, **k))[1]
     metrics = trainer.step()
     assert len(steps) == 3 * 2
     assert metrics["ratio_mean"] != 1.0  # later minibatches see a policy that has moved
@@ -65,14 +65,14 @@ def test_reference_model_kl(model_dir, tmp_path, placement):
     changes = {"loss": {"kl_coef": 0.5}} if placement == "loss" else {"kl_placement": "reward",
                                                                       "kl_reward_coef": 0.5}
     trainer = make(model_dir, tmp_path, iterations=3, lr=3e-3, **changes)
-    assert trainer.reference is not None
+    assert trainer.learner.reference is not None
     history = [trainer.step() for _ in range(3)]
     # the first iteration samples from the reference itself: KL 0; then the policy moves away from it
     assert history[0]["kl_to_reference"] == pytest.approx(0.0, abs=1e-4)
     assert history[-1]["kl_to_reference"] > 1e-4
     if placement == "loss":
         assert "kl" in history[-1]  # the in-loss KL term is logged by the policy loss
-    assert not any(p.requires_grad for p in trainer.reference.parameters())
+    assert not any(p.requires_grad for p in trainer.learner.reference.parameters())
 
 
 def test_adaptive_kl_coefficient_moves_towards_the_target(model_dir, tmp_path):
