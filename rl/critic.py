@@ -40,7 +40,8 @@ class ValueCritic(ModelScorer):
 
         if not (Path(policy_folder) / "config.json").is_file():
             raise FileNotFoundError(f"no model folder at {str(policy_folder)!r} to build the critic from")
-        config = AutoConfig.from_pretrained(policy_folder, num_labels=1, classifier_dropout=0.0)
+        config = AutoConfig.from_pretrained(policy_folder, num_labels=1)
+        config.classifier_dropout = 0.0  # a keyword to from_pretrained is dropped silently: the head had p=0.1
         model = AutoModelForTokenClassification.from_pretrained(policy_folder, config=config,
                                                                 dtype=getattr(torch, dtype))
         with torch.no_grad():

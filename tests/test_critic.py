@@ -66,3 +66,22 @@ def test_bad_input(critic, tmp_path):
         ValueCritic.from_policy(tmp_path / "nothing")
     with pytest.raises(ValueError, match="as many targets as prefixes"):
         critic.fit([[1, 2]], [0.5, 0.5])
+
+
+def test_the_critic_trains_without_dropout(critic):
+    """The value head regresses targets: in train mode two forwards must agree (no dropout). A keyword
+    `classifier_dropout=0.0` to AutoConfig.from_pretrained is silently dropped by transformers 5, which
+    left LlamaForTokenClassification's default dropout of 0.1 on the head."""
+    ids, mask = critic.pad([[5, 6, 7, 8], [9, 10]])
+    saved = critic.model.score.weight.detach().clone()
+    critic.model.train()
+    try:
+        with torch.no_grad():
+            critic.model.score.weight.normal_(generator=torch.Generator().manual_seed(0))  # a head that reads h
+        first = critic.token_values(ids, mask).detach()
+        second = critic.token_values(ids, mask).detach()
+    finally:
+        critic.model.eval()
+        with torch.no_grad():
+            critic.model.score.weight.copy_(saved)
+    assert torch.equal(first, second)
