@@ -18,11 +18,11 @@ import verifiers.code as code_module
 from verifiers.code import (
     SandboxLimits,
     extract_code,
+    grade_humaneval,
     humaneval_program,
     namespaces_available,
     run_code,
     run_many,
-    score_humaneval,
 )
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -55,13 +55,13 @@ def test_humaneval_canonical_pass_empty_and_wrong_fail():
     assert elapsed < 60
 
 
-def test_score_humaneval_whole_function_in_code_block():
+def test_grade_humaneval_whole_function_in_code_block():
     row = _humaneval()[0]
     completion = "Here it is:\n```python\n" + row["prompt"] + row["canonical_solution"] + "```\nDone."
     reference = {k: row[k] for k in ("prompt", "test", "entry_point")}
-    assert score_humaneval(completion, reference) == 1.0
-    assert score_humaneval("```python\ndef has_close_elements(numbers, threshold):\n    return False\n```", reference) == 0.0
-    assert score_humaneval(None, reference) == 0.0
+    assert grade_humaneval(completion, reference) == 1.0
+    assert grade_humaneval("```python\ndef has_close_elements(numbers, threshold):\n    return False\n```", reference) == 0.0
+    assert grade_humaneval(None, reference) == 0.0
     assert extract_code("```py\nx = 1\n```") == "x = 1\n"
 
 

@@ -19,8 +19,8 @@ from verifiers.math import (
     extract_boxed,
     extract_hashes,
     extract_last_number,
+    grade,
     normalize_answer,
-    score,
     verify,
     verify_many,
 )
@@ -120,9 +120,9 @@ def test_normalize_answer():
     assert normalize_answer("\\dfrac{1}{2}.") == "\\frac{1}{2}"
 
 
-def test_score():
-    assert score("so \\boxed{\\dfrac{1}{2}}", "0.5") == 1.0
-    assert score("so \\boxed{3}", "0.5") == 0.0
+def test_grade():
+    assert grade("so \\boxed{\\dfrac{1}{2}}", "0.5") == 1.0
+    assert grade("so \\boxed{3}", "0.5") == 0.0
 
 
 # ------------------------------------------------------------------ datasets
@@ -198,7 +198,7 @@ def test_math500_boxed_answers_rewrites_and_other_rows():
     rows = _rows("math500/test.jsonl")
     assert len(rows) == 500
     answers = [r["answer"] for r in rows]
-    own = [score(f"... so the answer is $\\boxed{{{a}}}$.", a) for a in answers]
+    own = [grade(f"... so the answer is $\\boxed{{{a}}}$.", a) for a in answers]
     assert all(own)
     pairs = [(a, rewrite) for a in answers for rewrite in _rewrites(a)]
     assert len(pairs) > 400

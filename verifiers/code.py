@@ -46,8 +46,8 @@ __all__ = [
     "namespaces_available",
     "run_code",
     "run_many",
+    "grade_humaneval",
     "sandbox_python",
-    "score_humaneval",
 ]
 
 Status = Literal["passed", "failed", "timeout", "error"]
@@ -315,7 +315,7 @@ def extract_code(completion: str) -> str:
     return block
 
 
-def score_humaneval(completion: str, reference: dict, limits: SandboxLimits | None = None) -> float:
+def grade_humaneval(completion: str, reference: dict, limits: SandboxLimits | None = None) -> float:
     """1.0 when ``completion`` passes the problem's tests in the sandbox, else 0.0.
 
     ``reference`` holds the HumanEval fields ``prompt``, ``test`` and ``entry_point``.

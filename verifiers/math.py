@@ -6,6 +6,8 @@ checks in-process (normalised strings, plain numbers as exact fractions) and oth
 two strings to Hugging Face's math-verify (sympy) in a worker process bounded by a wall-clock
 limit (`verifiers.timeout.WorkerPool`), because sympy can hang on hostile input and math-verify's
 own signal-based timeout fails outside the main thread. Model output is never ``eval``-ed here.
+`grade(completion, reference)` puts the two together: 1.0 when the completion's extracted answer
+verifies against the reference answer (the math tasks' verifier rewards with it).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ __all__ = [
     "extract_boxed",
     "extract_hashes",
     "extract_last_number",
+    "grade",
     "normalize_answer",
-    "score",
     "verify",
     "verify_many",
 ]
@@ -258,6 +260,6 @@ def verify_many(pairs: Iterable[tuple[str, str | None]], timeout: float = DEFAUL
         return list(executor.map(lambda gp: verify(gp[0], gp[1], timeout), pairs))
 
 
-def score(completion: str, reference: str) -> float:
+def grade(completion: str, reference: str) -> float:
     """1.0 when the answer extracted from ``completion`` verifies against ``reference``, else 0.0."""
     return 1.0 if verify(reference, extract_answer(completion)) else 0.0
