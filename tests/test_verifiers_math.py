@@ -20,10 +20,10 @@ from verifiers.math import (
     extract_hashes,
     extract_last_number,
     grade,
-    normalize_answer,
     verify,
     verify_many,
 )
+from verifiers.math_forms import normalize_answer
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -114,7 +114,8 @@ def test_verify_bad_arguments():
 
 
 def test_normalize_answer():
-    assert normalize_answer("\\left( 1,\\! 000 \\right)") == "(1,000)"  # a pair: commas kept
+    assert normalize_answer("\\left( 1, 000 \\right)") == "(1,000)"  # a pair: commas in brackets separate
+    assert normalize_answer("\\left( 1,\\! 000 \\right)") == "(1000)"  # MATH's ,\! is a thousands separator
     assert normalize_answer("11,\\! 111,\\! 100") == "11111100"
     assert normalize_answer("\\text{(A)}") == "(A)"
     assert normalize_answer("\\dfrac{1}{2}.") == "\\frac{1}{2}"
