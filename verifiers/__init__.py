@@ -7,14 +7,16 @@ reference (``math.grade``, ``countdown.grade_countdown``/``grade_game24``,
 ``code.grade_humaneval``, ``arithmetic.grade``); a verifier's reward is its grade against
 ``problem.reference``. Every verifier returns within a time limit on any input: sympy work runs
 in bounded worker processes (`verifiers.timeout`), code runs in sandboxed child processes
-(`verifiers.code`).
+(`verifiers.sandbox`), HumanEval completions under a judge that holds the tests (`verifiers.code_judge`).
 """
 
 from verifiers.arithmetic import ARITHMETIC_ALPHABET, Difficulty, arithmetic_task, check_steps, load_arithmetic, step_value
-from verifiers.code import SandboxLimits, SandboxResult, grade_humaneval, humaneval_program, run_code, run_many
+from verifiers.code import SandboxResult, grade_humaneval, humaneval_program, run_code, run_many
+from verifiers.code_judge import JudgeResult, judge_humaneval
 from verifiers.countdown import check_countdown, check_game24, evaluate_expression, extract_expression
 from verifiers.format import R1_FORMAT, FormatSpec, format_reward
 from verifiers.math import extract_answer, verify, verify_many
+from verifiers.sandbox import SandboxLimits
 from verifiers.tasks import TASKS, VERIFIERS, CompositeReward, format_component, load_task, reward
 from verifiers.types import GradeReward, Problem, RewardFn, Task, Verifier
 
@@ -27,6 +29,7 @@ __all__ = [
     "Difficulty",
     "FormatSpec",
     "GradeReward",
+    "JudgeResult",
     "Problem",
     "RewardFn",
     "SandboxLimits",
@@ -44,6 +47,7 @@ __all__ = [
     "format_reward",
     "grade_humaneval",
     "humaneval_program",
+    "judge_humaneval",
     "load_arithmetic",
     "load_task",
     "reward",
