@@ -115,6 +115,8 @@ def test_inline_math_does_not_span_lines_and_delimited_answers_verify():
     for delimited in ("$ 9 $", "$$ 9 $$", "\\( 9 \\)", "\\[ 9 \\]", "$9$."):
         assert verify("9", delimited) and verify(delimited, "9"), delimited
     assert not verify("9", "$ 8 $")
+    # A span that only names a variable is no answer: the last number is.
+    assert extract_answer("So 9 is the value of $x$.") == "9" and extract_math_span("the value of $x$.") is None
 
 
 # ------------------------------------------------------------------ non-English final answers

@@ -123,8 +123,11 @@ def _math_span_at(text: str, end: bool) -> str | None:
 
 def extract_math_span(text: str) -> str | None:
     """The content of a math span that ends the text (after trailing whitespace and ``. , ; !``):
-    ``Answer $ 9 $``, ``$$ 9 $$``, ``\\( 9 \\)``, ``\\[ 9 \\]``. None when the text ends otherwise."""
-    return _math_span_at(text.rstrip().rstrip(".,;!。").rstrip(), end=True)
+    ``Answer $ 9 $``, ``$$ 9 $$``, ``\\( 9 \\)``, ``\\[ 9 \\]``. None when the text ends otherwise,
+    or when the span holds neither a digit nor a LaTeX command ("... is the value of $x$." names
+    a variable, it does not answer)."""
+    content = _math_span_at(text.rstrip().rstrip(".,;!。").rstrip(), end=True)
+    return content if content and re.search(r"[0-9\\]", content) else None
 
 
 def extract_answer_phrase(text: str) -> str | None:

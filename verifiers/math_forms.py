@@ -2,7 +2,8 @@
 
 Pure string functions, no sympy, nothing evaluated: they run in the caller's process for the
 cheap checks and again inside the bounded worker, where `equal_readings` gets math-verify as its
-comparison of last resort. The rules (tests/test_verifiers_math.py cites the grader each follows):
+comparison of last resort. The rules (tests/test_verifiers_math_equivalence.py cites the grader
+each follows):
 
 - **Full-width forms** (U+FF01..U+FF5E: ``９``, ``：``, ``（``) read as their ASCII characters and
   the ideographic space as a space, as Chinese and Japanese text writes them.
