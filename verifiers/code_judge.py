@@ -21,6 +21,12 @@ sandboxed processes (`verifiers.sandbox`, each in its own namespaces when availa
 The parent (`judge_humaneval`) starts both, bounds the whole run by ``limits.timeout_s``, reads
 the judge's verdict from a pipe only the judge holds, and kills both process groups.
 
+As root both processes run as ``nobody`` and the judge reads nothing from disk that ``nobody``
+can write (its working directory is root-owned, its interpreter starts with ``-I -S -B``).
+Without root both run as the calling user: the judge is still non-dumpable and gets its code
+on stdin, but a candidate could then rewrite files that user owns, the interpreter's own files
+included when they live in that user's home (a venv): run as root for a verdict that holds.
+
 One HumanEval quirk is handled explicitly: HumanEval/33's ``check`` calls the function by its
 name (``sort_third``) as well as through ``candidate``; in the judge that name is bound to the
 same proxy, which is what the original harness meant (the name is the completed function).
