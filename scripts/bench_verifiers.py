@@ -4,8 +4,11 @@ Measures answers per second for GSM8K (gold solutions: extraction + verification
 the in-process fast path for plain numbers; and the answer rewritten as ``x = N``, which goes
 through math-verify/sympy in the bounded worker pool) and MATH-500
 (boxed own answers, which take the in-process fast path, and answers of a different row, which
-go through math-verify/sympy in the bounded worker pool), and sandboxed HumanEval programs
-(canonical solutions with their tests) per second.
+go through math-verify/sympy in the bounded worker pool), and HumanEval canonical solutions per
+second two ways, side by side: the old harness program under `run_code` (one sandboxed process,
+exit status 0 counts as a pass -- forgeable) and `grade_humaneval`'s judge (a judge process and a
+candidate process per problem, verdict decided by the judge); the judge's per-problem overhead
+is printed as the ratio of the two.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_verifiers.py --threads 2
 """
@@ -20,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from verifiers.code import SandboxLimits, humaneval_program, namespaces_available, run_code
+from verifiers.code import grade_humaneval, humaneval_program, run_code
 from verifiers.math import extract_answer, verify
+from verifiers.sandbox import SandboxLimits, namespaces_available
 from verifiers.tasks import load_task
 
 
@@ -57,12 +61,18 @@ def main() -> None:
             args.threads,
         ),
         _throughput(
-            "HumanEval canonical, sandboxed",
+            "HumanEval canonical, run_code exit status (old)",
             humaneval,
             lambda p: run_code(
                 humaneval_program(p.reference["prompt"], p.meta["canonical_solution"], p.reference["test"], p.reference["entry_point"]),
                 SandboxLimits(timeout_s=10.0),
             ).passed,
+            args.code_workers,
+        ),
+        _throughput(
+            "HumanEval canonical, judged (grade_humaneval)",
+            humaneval,
+            lambda p: grade_humaneval(p.meta["canonical_solution"], p.reference, SandboxLimits(timeout_s=10.0)),
             args.code_workers,
         ),
     ]
@@ -72,6 +82,9 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     for name, n, seconds, ok in rows:
         print(f"| {name} | {n} | {seconds:.2f} | {n / seconds:.1f} | {ok:.1%} |")
+    (_, n, old_seconds, _), (_, _, judged_seconds, _) = rows[-2:]
+    print(f"\nHumanEval judge overhead: {1000 * old_seconds / n:.0f} ms -> {1000 * judged_seconds / n:.0f} ms "
+          f"per problem ({judged_seconds / old_seconds:.2f}x the exit-status path, {args.code_workers} at a time)")
 
 
 if __name__ == "__main__":

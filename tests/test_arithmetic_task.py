@@ -6,9 +6,9 @@ import pytest
 
 from planner.policy.local_models import build_char_tokenizer
 from verifiers.arithmetic import (ARITHMETIC_ALPHABET, DIFFICULTIES, STEP_DELIMITER, THINK_CLOSE, Difficulty,
-                                  arithmetic_task, check_steps, equivalent, extract, make_problem, score,
+                                  arithmetic_task, check_steps, equivalent, extract, grade, make_problem,
                                   solution_steps, step_value)
-from verifiers.tasks import Problem
+from verifiers.types import Problem
 
 
 def test_worked_examples_match_the_documented_format():
@@ -38,7 +38,7 @@ def test_every_gold_solution_verifies_and_passes_the_oracle(difficulty):
         assert int(p.reference) == (a + b if op == "+" else a - b) >= 0
         assert p.question == f"{a}{op}{b}=?"
         solution = p.meta["solution"]
-        assert score(solution, p.reference) == 1.0 and extract(solution) == p.reference
+        assert grade(solution, p.reference) == 1.0 and extract(solution) == p.reference
         assert check_steps(p, solution) == [True] * (len(p.meta["steps"]) + 1)
         assert step_value(p, solution) == 1.0
         assert set(p.question + solution) <= set(ARITHMETIC_ALPHABET)
@@ -70,10 +70,10 @@ def test_difficulty_knob_sets_digits_and_operations():
         arithmetic_task(3, "impossible")
 
 
-def test_wrong_answer_scores_zero_and_the_oracle_flags_the_answer_step():
+def test_wrong_answer_grades_zero_and_the_oracle_flags_the_answer_step():
     p = make_problem(347, "+", 589)
     wrong = p.meta["solution"].replace("</think>936", "</think>937")
-    assert score(wrong, p.reference) == 0.0
+    assert grade(wrong, p.reference) == 0.0
     assert check_steps(p, wrong) == [True, True, True, False] and step_value(p, wrong) == 0.0
 
 
@@ -82,19 +82,19 @@ def test_wrong_step_is_flagged_at_that_step():
     wrong = p.meta["solution"].replace("4+8+1=13", "4+8+1=12")
     assert check_steps(p, wrong) == [True, False, True, True]
     assert step_value(p, wrong) == 0.0
-    assert score(wrong, p.reference) == 1.0  # the outcome verifier only reads the answer
+    assert grade(wrong, p.reference) == 1.0  # the outcome verifier only reads the answer
     assert check_steps(p, "<think>7+9=16\n4+8=12\n") == [True, False]
 
 
 def test_missing_or_malformed_answer_is_caught():
     p = make_problem(347, "+", 589)
     no_close = p.meta["solution"].replace(THINK_CLOSE, "")
-    assert extract(no_close) is None and score(no_close, p.reference) == 0.0
+    assert extract(no_close) is None and grade(no_close, p.reference) == 0.0
     assert extract(p.meta["solution"] + "</think>936") is None
     assert extract("<think>x\n</think>936 and more") is None
     assert extract("<think>x\n</think> 936\n") == "936"
     assert not equivalent(None, "936") and equivalent("0936", "936")
-    assert score(None, "936") == 0.0
+    assert grade(None, "936") == 0.0
 
 
 def test_partial_responses_count_completed_steps_only():
@@ -117,7 +117,7 @@ def test_load_arithmetic_gives_fixed_splits_with_the_shared_verifier():
     assert test.name == "arithmetic" and len(test) == n and test.verifier is VERIFIER
     assert [p.question for p in test.problems] == [p.question for p in arithmetic_task(n, "medium", seed=seed)]
     assert len(load_arithmetic(split="train")) == SPLITS["train"][0]
-    assert VERIFIER.score(test.problems[0].meta["solution"], test.problems[0].reference) == 1.0
+    assert VERIFIER.reward(test.problems[0].meta["solution"], test.problems[0]) == 1.0
     with pytest.raises(ValueError, match="generated"):
         load_arithmetic("some.jsonl")
     with pytest.raises(ValueError, match="unknown arithmetic split"):

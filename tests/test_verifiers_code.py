@@ -1,4 +1,7 @@
-"""Code sandbox: HumanEval end to end, and containment of hostile programs."""
+"""Code sandbox: the generic runner on HumanEval programs, and containment of hostile programs.
+
+The judge that grades HumanEval (and the forgeries it stops) is tested in test_verifiers_code_judge.py.
+"""
 
 from __future__ import annotations
 
@@ -14,16 +17,9 @@ from pathlib import Path
 
 import pytest
 
-import verifiers.code as code_module
-from verifiers.code import (
-    SandboxLimits,
-    extract_code,
-    humaneval_program,
-    namespaces_available,
-    run_code,
-    run_many,
-    score_humaneval,
-)
+import verifiers.sandbox as sandbox_module
+from verifiers.code import extract_code, humaneval_program, run_code, run_many
+from verifiers.sandbox import SandboxLimits, namespaces_available
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 AS_ROOT = os.geteuid() == 0
@@ -55,14 +51,10 @@ def test_humaneval_canonical_pass_empty_and_wrong_fail():
     assert elapsed < 60
 
 
-def test_score_humaneval_whole_function_in_code_block():
-    row = _humaneval()[0]
-    completion = "Here it is:\n```python\n" + row["prompt"] + row["canonical_solution"] + "```\nDone."
-    reference = {k: row[k] for k in ("prompt", "test", "entry_point")}
-    assert score_humaneval(completion, reference) == 1.0
-    assert score_humaneval("```python\ndef has_close_elements(numbers, threshold):\n    return False\n```", reference) == 0.0
-    assert score_humaneval(None, reference) == 0.0
+def test_extract_code_takes_the_last_fenced_block():
     assert extract_code("```py\nx = 1\n```") == "x = 1\n"
+    assert extract_code("```python\nx = 1\n```\nthen\n```python\ny = 2\n```\ndone") == "y = 2\n"
+    assert extract_code("    return 1\n") == "    return 1\n"
 
 
 def test_status_and_output_truncation():
@@ -74,7 +66,7 @@ def test_status_and_output_truncation():
     assert result.passed and len(result.stdout) < 200 and result.stdout.endswith("[truncated]")
     with pytest.raises(TypeError, match="program must be Python source"):
         run_code(b"print(1)")
-    with pytest.raises(ValueError, match="timeout_s must be > 0"):
+    with pytest.raises(ValueError, match="timeout_s must be a number > 0"):
         SandboxLimits(timeout_s=0)
 
 
@@ -165,7 +157,7 @@ def test_detached_children_killed_when_program_exits():
 
 
 def test_socket_guard_without_network_namespace(monkeypatch):
-    monkeypatch.setattr(code_module, "namespaces_available", lambda: False)
+    monkeypatch.setattr(sandbox_module, "namespaces_available", lambda: False)
     result = run_code("import socket\nsocket.socket()\nprint('OPENED')", FAST)
     assert result.status == "error" and "network access is disabled" in result.stderr
 

@@ -15,8 +15,8 @@ from verifiers.countdown import (
     check_game24,
     evaluate_expression,
     extract_expression,
-    score_countdown,
-    score_game24,
+    grade_countdown,
+    grade_game24,
 )
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -59,7 +59,7 @@ def test_countdown_rows_solutions_verify():
         solved += 1
         assert check_countdown(expression, row["nums"], row["target"]), (expression, row)
         reference = {"nums": row["nums"], "target": row["target"]}
-        assert score_countdown(f"<think>try</think> <answer>{expression}</answer>", reference) == 1.0
+        assert grade_countdown(f"<think>try</think> <answer>{expression}</answer>", reference) == 1.0
         assert not check_countdown(expression, row["nums"], row["target"] + 1)
     assert solved >= 250
 
@@ -124,5 +124,5 @@ def test_extract_expression_forms():
     assert extract_expression("so \\boxed{3 \\times 8 = 24}") == "3 * 8"
     assert extract_expression("Let me think.\n(6 - 2) × 6 = 24\n") == "(6 - 2) * 6"
     assert extract_expression("no expression here") is None
-    assert score_game24("<answer>(6 - 2) * 6</answer>", {"nums": [6, 2, 6, 1]}) == 0.0  # 1 unused
-    assert score_game24("<answer>(6 - 2) * (5 + 1)</answer>", {"nums": [6, 2, 5, 1]}) == 1.0
+    assert grade_game24("<answer>(6 - 2) * 6</answer>", {"nums": [6, 2, 6, 1]}) == 0.0  # 1 unused
+    assert grade_game24("<answer>(6 - 2) * (5 + 1)</answer>", {"nums": [6, 2, 5, 1]}) == 1.0

@@ -19,11 +19,11 @@ from verifiers.math import (
     extract_boxed,
     extract_hashes,
     extract_last_number,
-    normalize_answer,
-    score,
+    grade,
     verify,
     verify_many,
 )
+from verifiers.math_forms import normalize_answer
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -114,15 +114,16 @@ def test_verify_bad_arguments():
 
 
 def test_normalize_answer():
-    assert normalize_answer("\\left( 1,\\! 000 \\right)") == "(1,000)"  # a pair: commas kept
+    assert normalize_answer("\\left( 1, 000 \\right)") == "(1,000)"  # a pair: commas in brackets separate
+    assert normalize_answer("\\left( 1,\\! 000 \\right)") == "(1000)"  # MATH's ,\! is a thousands separator
     assert normalize_answer("11,\\! 111,\\! 100") == "11111100"
     assert normalize_answer("\\text{(A)}") == "(A)"
     assert normalize_answer("\\dfrac{1}{2}.") == "\\frac{1}{2}"
 
 
-def test_score():
-    assert score("so \\boxed{\\dfrac{1}{2}}", "0.5") == 1.0
-    assert score("so \\boxed{3}", "0.5") == 0.0
+def test_grade():
+    assert grade("so \\boxed{\\dfrac{1}{2}}", "0.5") == 1.0
+    assert grade("so \\boxed{3}", "0.5") == 0.0
 
 
 # ------------------------------------------------------------------ datasets
@@ -198,7 +199,7 @@ def test_math500_boxed_answers_rewrites_and_other_rows():
     rows = _rows("math500/test.jsonl")
     assert len(rows) == 500
     answers = [r["answer"] for r in rows]
-    own = [score(f"... so the answer is $\\boxed{{{a}}}$.", a) for a in answers]
+    own = [grade(f"... so the answer is $\\boxed{{{a}}}$.", a) for a in answers]
     assert all(own)
     pairs = [(a, rewrite) for a in answers for rewrite in _rewrites(a)]
     assert len(pairs) > 400

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import importlib
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from verifiers.tasks import DATA_DIR, TASKS, VERIFIERS, CompositeReward, Problem, format_component, load_task, reward
+from verifiers import arithmetic, countdown, math as vmath
+from verifiers.tasks import DATA_DIR, TASKS, VERIFIERS, CompositeReward, format_component, load_task, reward
+from verifiers.types import GradeReward, Problem, Task, Verifier
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -104,10 +108,50 @@ def test_local_csv_and_gzip_paths(tmp_path):
 
 def test_public_api():
     assert set(TASKS) == {"arithmetic", "gsm8k", "math500", "countdown", "game24", "humaneval"}
-    assert set(TASKS) <= set(VERIFIERS)
+    assert set(TASKS) == set(VERIFIERS)
+    assert VERIFIERS["arithmetic"] is arithmetic.VERIFIER and TASKS["arithmetic"] is arithmetic.load_arithmetic
     package = importlib.import_module("verifiers")
     expected = {"extract_answer", "verify", "format_reward", "check_countdown", "check_game24", "run_code",
-                "SandboxResult", "load_task", "Problem", "TASKS", "CompositeReward", "reward", "Verifier"}
+                "SandboxResult", "load_task", "Problem", "Task", "TASKS", "CompositeReward", "reward",
+                "Verifier", "RewardFn", "grade_humaneval"}
     assert expected <= set(package.__all__)
+    assert len(package.__all__) == len(set(package.__all__))
     for name in package.__all__:
         assert getattr(package, name) is not None, name
+    # "score" is the search scorers' word; no verifier API uses it any more.
+    assert not any("score" in name for name in package.__all__)
+    for module in (vmath, countdown, arithmetic, importlib.import_module("verifiers.code")):
+        assert not any("score" in name for name in module.__all__), module.__name__
+
+
+def test_arithmetic_imports_only_the_types_module():
+    """No import cycle: in a fresh interpreter, with the package's __init__ (which imports
+    everything) bypassed, importing the arithmetic task loads only itself and verifiers.types."""
+    package_dir = Path(arithmetic.__file__).parent
+    probe = (
+        "import sys, types\n"
+        f"package = types.ModuleType('verifiers'); package.__path__ = [{str(package_dir)!r}]\n"
+        "sys.modules['verifiers'] = package\n"
+        "import verifiers.arithmetic\n"
+        "print(sorted(m for m in sys.modules if m.startswith('verifiers')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['verifiers', 'verifiers.arithmetic', 'verifiers.types']"
+
+
+def test_reward_shape_is_text_and_problem():
+    problem = Problem(id="t/0", question="q", reference="0.5", task="math500")
+    for name, verifier in VERIFIERS.items():
+        assert isinstance(verifier, Verifier) and isinstance(verifier.reward, GradeReward), name
+    assert VERIFIERS["math500"].reward("so \\boxed{\\frac{1}{2}}", problem) == 1.0
+    assert VERIFIERS["math500"].reward("so \\boxed{2}", problem) == 0.0
+    calls = []
+    spy = Verifier(reward=lambda text, p: calls.append((text, p)) or 0.25, extract=lambda t: t, equivalent=str.__eq__)
+    task = Task("spy", [problem], spy)
+    assert task.reward("text", problem) == 0.25 and calls == [("text", problem)]  # the whole problem, not its reference
+    assert task.reward(None, problem) == 0.0 and len(calls) == 1  # non-str text never reaches the verifier
+    # A verifier (and a loaded task holding it) pickles, e.g. to hand a task to a worker process.
+    arithmetic_task = load_task("arithmetic")
+    again = pickle.loads(pickle.dumps(arithmetic_task))
+    gold = arithmetic_task.problems[0]
+    assert again.reward(gold.meta["solution"], gold) == 1.0 == reward(gold.meta["solution"], gold)

@@ -11,7 +11,8 @@ A column's "+1" is the carry it receives; a sum of 10 or more carries into the n
 Subtraction writes a borrow as a leading 1 on the column it lends to and "-1" on the column that
 pays it back: 347-189 -> `17-9=8`, `14-8-1=5`, `3-1-1=1`, answer 158.
 
-Because every step is checkable exactly, the task also has a process oracle (`check_steps`,
+The outcome verifier (`VERIFIER`) rewards the answer after ``</think>`` (`grade` against the
+problem's reference). Because every step is checkable exactly, the task also has a process oracle (`check_steps`,
 `step_value`): the ground truth that a learned PRM or value critic is graded against.
 The characters of every question and response are in `ARITHMETIC_ALPHABET`, the alphabet of the
 task's char tokenizer (`planner.policy.local_models.build_char_tokenizer(ARITHMETIC_ALPHABET)`).
@@ -23,7 +24,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from verifiers.tasks import Problem, Task, Verifier
+from verifiers.types import GradeReward, Problem, Task, Verifier
 
 __all__ = [
     "ARITHMETIC_ALPHABET",
@@ -38,9 +39,9 @@ __all__ = [
     "check_steps",
     "equivalent",
     "extract",
+    "grade",
     "load_arithmetic",
     "make_problem",
-    "score",
     "solution_steps",
     "step_value",
 ]
@@ -170,19 +171,20 @@ def equivalent(a: str | None, b: str | None) -> bool:
         and _ANSWER.fullmatch(b.strip()) is not None and int(a) == int(b)
 
 
-def score(completion: str, reference: str) -> float:
+def grade(completion: str, reference: str) -> float:
     """1.0 when the completion's answer (see `extract`) equals the reference integer, else 0.0."""
     return 1.0 if equivalent(extract(completion), str(reference)) else 0.0
 
 
-VERIFIER = Verifier(score=score, extract=extract, equivalent=equivalent)
-"""The task's verifier in the shared contract (`verifiers.tasks.Verifier`)."""
+VERIFIER = Verifier(reward=GradeReward(grade), extract=extract, equivalent=equivalent)
+"""The task's verifier in the shared contract (`verifiers.types.Verifier`): its reward is `grade`
+against ``problem.reference``."""
 SPLITS: dict[str, tuple[int, int]] = {"train": (5000, 0), "test": (128, 10_000)}
 """Split -> (problem count, seed) of `load_arithmetic`; `rl.sft.cold_start` holds out the "test" seed."""
 
 
 def load_arithmetic(path=None, split: str = "test", difficulty: str | Difficulty = "medium") -> Task:
-    """The task as a `Task`, with the loader signature of `verifiers.tasks.TASKS` (the data is generated,
+    """The task as a `Task`, with the loader signature of ``verifiers.tasks.TASKS`` (the data is generated,
     so `path` must be None). "test" is the held-out set `rl.sft.cold_start` measures pass@1 on."""
     if path is not None:
         raise ValueError(f"the arithmetic task is generated, not read from a file; pass path=None, got {path!r}")

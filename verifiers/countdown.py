@@ -5,6 +5,7 @@ parentheses are accepted, so there is no way to call functions, take huge powers
 Arithmetic uses ``fractions.Fraction``, so ``8 / (3 - 8 / 3)`` is exactly 24 and no float
 rounding can pass a wrong answer. Countdown allows each given number at most once; Game of 24
 requires each exactly once. Inputs longer than `MAX_EXPRESSION_CHARS` are rejected unparsed.
+`grade_countdown` / `grade_game24` grade a whole completion against ``{"nums", "target"}``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ __all__ = [
     "check_game24",
     "evaluate_expression",
     "extract_expression",
-    "score_countdown",
-    "score_game24",
+    "grade_countdown",
+    "grade_game24",
 ]
 
 MAX_EXPRESSION_CHARS = 200
@@ -116,13 +117,13 @@ def check_game24(expression: str, numbers: Sequence[int], target: int = 24) -> b
     return Counter(used) == Counter(int(n) for n in numbers) and value == target
 
 
-def score_countdown(completion: str, reference: dict) -> float:
+def grade_countdown(completion: str, reference: dict) -> float:
     """1.0 when the completion's expression solves ``reference = {"nums": [...], "target": N}``."""
     expression = extract_expression(completion)
     return 1.0 if expression and check_countdown(expression, reference["nums"], reference["target"]) else 0.0
 
 
-def score_game24(completion: str, reference: dict) -> float:
+def grade_game24(completion: str, reference: dict) -> float:
     """1.0 when the completion's expression makes 24 from ``reference = {"nums": [...]}``."""
     expression = extract_expression(completion)
     target = reference.get("target", 24)

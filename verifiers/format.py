@@ -3,7 +3,7 @@
 DeepSeek-R1 (and TinyZero) reward the shape of a completion separately from its correctness, so
 the policy learns to close its reasoning and then answer. Tags are configurable; an optional
 answer tag pair (``<answer>``/``</answer>``) can be required after the thinking block. Any
-malformed or non-string completion scores 0.0; this function never raises on model output.
+malformed or non-string completion gets 0.0; this function never raises on model output.
 """
 
 from __future__ import annotations

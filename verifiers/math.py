@@ -1,11 +1,21 @@
-"""Math answers: extraction from a completion, and equivalence of two answers.
+"""Math answers: extraction from a completion, equivalence of two answers, and the grade.
 
-Extraction is a chain of small, separately tested functions (last ``\\boxed{}``, GSM8K's
-``#### N``, "The answer is ...", last number). Equivalence (`verify`) first tries cheap exact
-checks in-process (normalised strings, plain numbers as exact fractions) and otherwise hands the
-two strings to Hugging Face's math-verify (sympy) in a worker process bounded by a wall-clock
-limit (`verifiers.timeout.WorkerPool`), because sympy can hang on hostile input and math-verify's
-own signal-based timeout fails outside the main thread. Model output is never ``eval``-ed here.
+Extraction is a chain of small, separately tested functions: the last ``\\boxed{}``, GSM8K's
+``#### N``, a final-answer phrase in English, Chinese, French, German or Spanish ("the answer
+is", 答案是, "la réponse est", "Antwort:", "la respuesta es"), a math span that ends the text
+(``Answer $ 9 $``, ``\\[ 9 \\]``), else the last number. Full-width digits and colons read as
+ASCII.
+
+Equivalence (`verify`) reads both answers by the rules of `verifiers.math_forms` (decimal comma
+vs thousands separator, delimiters, trailing backslashes, ordered tuples vs sets vs solution
+lists) and first tries cheap exact checks in-process (canonical strings, exact numbers,
+collections of those). Whatever needs sympy goes to Hugging Face's math-verify in a worker
+process bounded by a wall-clock limit (`verifiers.timeout.WorkerPool`), because sympy can hang
+on hostile input and math-verify's own signal-based timeout fails outside the main thread.
+Model output is never ``eval``-ed here.
+
+`grade(completion, reference)` puts the two together: 1.0 when the completion's extracted answer
+verifies against the reference answer (the math tasks' verifier rewards with it).
 """
 
 from __future__ import annotations
@@ -15,9 +25,9 @@ import os
 import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from fractions import Fraction
 from functools import lru_cache
 
+from verifiers.math_forms import Undecided, braced, equal_readings, readings, to_ascii
 from verifiers.timeout import CallTimeout, WorkerPool
 
 __all__ = [
@@ -27,8 +37,8 @@ __all__ = [
     "extract_boxed",
     "extract_hashes",
     "extract_last_number",
-    "normalize_answer",
-    "score",
+    "extract_math_span",
+    "grade",
     "verify",
     "verify_many",
 ]
@@ -36,10 +46,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MAX_ANSWER_CHARS = 1000
-"""Answers longer than this are compared as normalised strings only (never sent to sympy)."""
+"""Answers longer than this are compared as canonical strings only (never sent to sympy)."""
 
 DEFAULT_TIMEOUT_S = 3.0
-"""Wall-clock seconds one sympy comparison may take before it counts as wrong."""
+"""Wall-clock seconds one comparison may spend in sympy before it counts as wrong."""
 
 _POOL = WorkerPool(
     size=int(os.environ.get("VERIFIERS_MATH_WORKERS", min(2, os.cpu_count() or 1))),
@@ -48,20 +58,6 @@ _POOL = WorkerPool(
 )
 
 # ---------------------------------------------------------------- extraction
-
-
-def _braced(text: str, start: int) -> str | None:
-    """Content of the brace group opening at ``text[start] == '{'``; None if unbalanced."""
-    depth = 0
-    for i in range(start, len(text)):
-        c = text[i]
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i]
-    return None
 
 
 def extract_boxed(text: str) -> str | None:
@@ -76,7 +72,7 @@ def extract_boxed(text: str) -> str | None:
     while i < len(text) and text[i] == " ":
         i += 1
     if i < len(text) and text[i] == "{":
-        inner = _braced(text, i)
+        inner = braced(text, i)
         return inner.strip() if inner is not None else None
     match = re.match(r"[^\s$]+", text[i:])
     if match and i > pos + 5 and text[i - 1] == " ":
@@ -93,27 +89,74 @@ def extract_hashes(text: str) -> str | None:
     return line or None
 
 
-_ANSWER_IS = re.compile(r"answer\s+is\s*:?\s*", re.IGNORECASE)
+# Final-answer phrases; a colon is ASCII here because `extract_answer` maps full-width forms first.
+_ANSWER_PHRASE = re.compile(
+    r"answer\s+is\s*:?|answer\s*:"  # English (Minerva: "Final Answer: The final answer is X.")
+    r"|答案\s*(?:是|为|:)"  # Chinese: 答案是 9, 最终答案：9 (Qwen2.5-Math's parser reads 答案是)
+    r"|r[ée]ponse(?:\s+finale)?\s*(?:est\s*:?|:)"  # French: la réponse est 9, Réponse : 9
+    r"|antwort\s*(?:(?:ist|lautet)\s*:?|:)"  # German: Die Antwort ist 9, Antwort: 9
+    r"|respuesta(?:\s+final)?\s*(?:es\s*:?|:)",  # Spanish: la respuesta es 9, Respuesta: 9
+    re.IGNORECASE,
+)
+_SPAN_CLOSERS = (("$$", "$$", True), ("\\[", "\\]", True), ("\\(", "\\)", False), ("$", "$", False))
+
+
+def _math_span_at(text: str, end: bool) -> str | None:
+    """Content of the math span that starts (``end`` False) or ends (``end`` True) the text.
+
+    ``$...$`` and ``\\(...\\)`` may not cross a line (inline math); ``$$...$$`` and ``\\[...\\]`` may.
+    """
+    for opening, closing, multiline in _SPAN_CLOSERS:
+        if end and text.endswith(closing) and len(text) > len(closing):
+            start = text.rfind(opening, 0, len(text) - len(closing))
+            content = text[start + len(opening) : len(text) - len(closing)] if start >= 0 else None
+        elif not end and text.startswith(opening):
+            stop = text.find(closing, len(opening))
+            content = text[len(opening) : stop] if stop >= 0 else None
+        else:
+            continue
+        if content is None or (not multiline and "\n" in content):
+            return None
+        return content.strip() or None
+    return None
+
+
+def extract_math_span(text: str) -> str | None:
+    """The content of a math span that ends the text (after trailing whitespace and ``. , ; !``):
+    ``Answer $ 9 $``, ``$$ 9 $$``, ``\\( 9 \\)``, ``\\[ 9 \\]``. None when the text ends otherwise,
+    or when the span holds neither a digit nor a LaTeX command ("... is the value of $x$." names
+    a variable, it does not answer)."""
+    content = _math_span_at(text.rstrip().rstrip(".,;!。").rstrip(), end=True)
+    return content if content and re.search(r"[0-9\\]", content) else None
 
 
 def extract_answer_phrase(text: str) -> str | None:
-    """What follows the last "the answer is" (optionally "final answer is:"), up to line end,
-    without a trailing full stop or surrounding ``$``."""
+    """What follows the last final-answer phrase (see the module docstring), up to the line end.
+
+    A math span right after the phrase is the answer (Minerva's "The final answer is $X$. I hope
+    it is correct."); otherwise the text stops at a sentence end ("。" or a full stop before a space).
+    """
     last = None
-    for last in _ANSWER_IS.finditer(text):
+    for last in _ANSWER_PHRASE.finditer(text):
         pass
     if last is None:
         return None
     rest = text[last.end() :].split("\n", 1)[0].strip()
+    if rest.startswith(("$", "\\(", "\\[")):
+        span = _math_span_at(rest, end=False)
+        if span is not None:
+            return span
+    rest = re.split(r"。|\.\s", rest, maxsplit=1)[0]
     rest = re.sub(r"\.\s*$", "", rest).strip().strip("$").strip()
     return rest or None
 
 
-_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+_NUMBER = re.compile(r"-?\d+(?:,\d+)*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 
 
 def extract_last_number(text: str) -> str | None:
-    """The last number in the text (integer, decimal, ``a/b``; ``1,000`` keeps its separators)."""
+    """The last number in the text (integer, decimal, ``a/b``); commas written between digits
+    stay (``1,000``, ``1000,99``) for `verify` to read."""
     last = None
     for last in _NUMBER.finditer(text):
         pass
@@ -121,11 +164,13 @@ def extract_last_number(text: str) -> str | None:
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer of a completion: last ``\\boxed{}``, else ``#### N``, else "the answer is
-    X", else the last number. None when nothing answer-like is present or ``text`` is not str."""
+    """The final answer of a completion: last ``\\boxed{}``, else ``#### N``, else a final-answer
+    phrase, else a math span ending the text, else the last number. None when nothing
+    answer-like is present or ``text`` is not str. Full-width forms are read as ASCII."""
     if not isinstance(text, str):
         return None
-    for extractor in (extract_boxed, extract_hashes, extract_answer_phrase, extract_last_number):
+    text = to_ascii(text)
+    for extractor in (extract_boxed, extract_hashes, extract_answer_phrase, extract_math_span, extract_last_number):
         answer = extractor(text)
         if answer:
             return answer
@@ -133,63 +178,6 @@ def extract_answer(text: str) -> str | None:
 
 
 # ---------------------------------------------------------------- equivalence
-
-_STRIP_TOKENS = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "$", "^\\circ", "^{\\circ}")
-
-
-def _unwrap_command(s: str, command: str) -> str:
-    """Replace every ``\\command{X}`` by ``X`` (nested braces respected)."""
-    out = []
-    i = 0
-    while True:
-        j = s.find(command + "{", i)
-        if j < 0:
-            out.append(s[i:])
-            return "".join(out)
-        inner = _braced(s, j + len(command))
-        if inner is None:
-            out.append(s[i:])
-            return "".join(out)
-        out.append(s[i:j])
-        out.append(inner)
-        i = j + len(command) + len(inner) + 2
-
-
-def normalize_answer(answer: str) -> str:
-    """A canonical string for cheap exact comparison: no spacing commands, ``$``, ``\\left``/
-    ``\\right``, ``\\text{}`` wrappers or degree signs; ``\\dfrac``/``\\tfrac`` become ``\\frac``;
-    whitespace and a trailing full stop removed; digit-group commas (``1,000``) dropped."""
-    s = answer.strip()
-    for cmd in ("\\text", "\\textbf", "\\mathrm", "\\mbox", "\\boxed"):
-        if cmd + "{" in s:
-            s = _unwrap_command(s, cmd)
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    for token in _STRIP_TOKENS:
-        s = s.replace(token, "")
-    s = re.sub(r"\s+", "", s).rstrip(".")
-    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", s):
-        s = s.replace(",", "")
-    return s
-
-
-_PLAIN_NUMBER = re.compile(r"(-?)(\d+(?:\.\d+)?|\.\d+)(?:/(\d+))?")
-_LATEX_FRAC = re.compile(r"(-?)\\frac\{(\d+)\}\{(\d+)\}")
-
-
-def _as_number(s: str) -> Fraction | None:
-    """The exact value of a normalised plain number (``12``, ``-0.5``, ``3/4``, ``\\frac{3}{4}``)."""
-    m = _PLAIN_NUMBER.fullmatch(s)
-    if m and len(s) <= 100:
-        sign, num, den = m.groups()
-        value = Fraction(num) / (Fraction(den) if den else 1)
-        if den and Fraction(den) == 0:
-            return None
-        return -value if sign else value
-    m = _LATEX_FRAC.fullmatch(s)
-    if m and len(s) <= 100 and int(m.group(3)) != 0:
-        value = Fraction(int(m.group(2)), int(m.group(3)))
-        return -value if m.group(1) else value
-    return None
 
 
 def _warm_worker() -> bool:
@@ -207,8 +195,8 @@ def _parse(answer: str):
     return parse("\\boxed{" + answer + "}", parsing_timeout=None)
 
 
-def _verify_in_worker(gold: str, pred: str) -> bool:
-    """math-verify on two answers; runs inside a worker, signals off (the pool bounds time)."""
+def _math_verify_equal(gold: str, pred: str) -> bool:
+    """math-verify on two readings; only inside a worker, signals off (the pool bounds time)."""
     from math_verify import verify as mv_verify
 
     gold_parsed, pred_parsed = _parse(gold), _parse(pred)
@@ -217,32 +205,44 @@ def _verify_in_worker(gold: str, pred: str) -> bool:
     return bool(mv_verify(gold_parsed, pred_parsed, timeout_seconds=None))
 
 
+def _verify_in_worker(pairs: list[tuple[str, str]]) -> bool:
+    """Whether any (gold, pred) reading pair is equal, math-verify deciding what is left."""
+    return any(equal_readings(gold, pred, _math_verify_equal) for gold, pred in pairs)
+
+
+def _needs_sympy(gold: str, pred: str) -> bool:
+    raise Undecided
+
+
 def verify(gold: str, pred: str | None, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
     """True when the answer ``pred`` is mathematically equal to the reference answer ``gold``.
 
-    Handles thousands separators, decimals vs fractions, percentages, LaTeX fractions/roots/pi,
-    intervals, sets, tuples, matrices, ``x = 3`` vs ``3`` and unit text (via math-verify).
-    Returns within about ``timeout`` seconds on any input, from any thread or process: the sympy
-    work runs in a worker process that is killed when it overruns (the answer then counts as
-    wrong). ``pred`` None (nothing extracted) is False; ``gold`` must be a str.
+    Handles thousands separators and decimal commas, decimals vs fractions, percentages, LaTeX
+    fractions/roots/pi, math delimiters, trailing backslashes, intervals, ordered tuples, sets and
+    solution lists (see `verifiers.math_forms` for the rules), matrices, ``x = 3`` vs ``3`` and
+    unit text (via math-verify). Symmetric in its two arguments. Returns within about ``timeout``
+    seconds on any input, from any thread or process: the sympy work runs in a worker process
+    that is killed when it overruns (the answer then counts as wrong). ``pred`` None (nothing
+    extracted) is False; ``gold`` must be a str.
     """
     if not isinstance(gold, str):
-        raise TypeError(f"verify: gold must be a str (the reference answer), got {type(gold).__name__}")
+        raise TypeError(f"verify: gold must be a str (the reference answer), got {type(gold).__name__}; "
+                        "pass the reference answer text, e.g. str(reference)")
     if not isinstance(pred, str):
         return False
-    gold_norm, pred_norm = normalize_answer(gold[: MAX_ANSWER_CHARS * 4]), normalize_answer(pred[: MAX_ANSWER_CHARS * 4])
-    if gold_norm == pred_norm and len(pred) <= MAX_ANSWER_CHARS * 4:
-        return bool(gold_norm)
-    if not gold_norm or not pred_norm or len(gold) > MAX_ANSWER_CHARS or len(pred) > MAX_ANSWER_CHARS:
-        return False
-    gold_num, pred_num = _as_number(gold_norm), _as_number(pred_norm)
-    if gold_num is not None and pred_num is not None:
-        if gold_num == pred_num:
-            return True
-        if gold_num.denominator == 1 and pred_num.denominator == 1:
-            return False  # two different integers: no rounding rule can make them equal
+    limit = MAX_ANSWER_CHARS * 4
+    pairs = [(g, p) for g in readings(gold[:limit]) for p in readings(pred[:limit])]
     try:
-        return bool(_POOL.call("verifiers.math._verify_in_worker", (gold, pred), timeout=timeout))
+        if any(equal_readings(g, p, _needs_sympy) for g, p in pairs):
+            return len(pred) <= limit
+    except Undecided:
+        pass
+    else:
+        return False
+    if len(gold) > MAX_ANSWER_CHARS or len(pred) > MAX_ANSWER_CHARS:
+        return False
+    try:
+        return bool(_POOL.call("verifiers.math._verify_in_worker", (pairs,), timeout=timeout))
     except CallTimeout:
         logger.warning("verify timed out after %.1f s (pred %r...): counted as wrong", timeout, pred[:60])
         return False
@@ -258,6 +258,6 @@ def verify_many(pairs: Iterable[tuple[str, str | None]], timeout: float = DEFAUL
         return list(executor.map(lambda gp: verify(gp[0], gp[1], timeout), pairs))
 
 
-def score(completion: str, reference: str) -> float:
+def grade(completion: str, reference: str) -> float:
     """1.0 when the answer extracted from ``completion`` verifies against ``reference``, else 0.0."""
     return 1.0 if verify(reference, extract_answer(completion)) else 0.0
