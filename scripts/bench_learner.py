@@ -139,7 +139,7 @@ def run_ours(args, name: str) -> dict:
     from planner.strategies import BestOfNConfig
     from rl.config import CriticConfig, TrainConfig
     from rl.losses import PolicyLossConfig
-    from verifiers.tasks import Problem
+    from verifiers import Problem
 
     ppo = name == "ours-ppo"
     problems = [Problem(id=f"bench/{i}", question=q, reference="", task="bench") for i, q in enumerate(questions())]
