@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench gpu-check clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,10 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench_search.py --models smollm2 --repeats 2 --strategies beam mcts
 	$(BIN)/python scripts/bench_learner.py
 	$(BIN)/python scripts/bench_verifiers.py
+
+# The learner and the transformers engine on CUDA in bfloat16 (a dry run on the CPU without a GPU).
+gpu-check: $(STAMP)
+	$(BIN)/python scripts/gpu_check.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

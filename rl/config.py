@@ -11,22 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-import torch
-
 from planner.strategies import BeamConfig, BestOfNConfig, DVTSConfig, MCTSConfig, SearchConfig
 from rl.estimators import ADVANTAGE_ESTIMATORS, NEEDS_CRITIC
 from rl.kl import KL_ESTIMATORS
 from rl.losses import PolicyLossConfig
+from rl.runtime import check_precision
 
 __all__ = ["CriticConfig", "TrainConfig", "TREE_STRATEGIES"]
 
 TREE_STRATEGIES = ("best_of_n", "beam", "dvts", "mcts")
 """Strategies that can grow training trees; each has a field of that name in `TrainConfig`."""
-
-
-def cpu_supports_bfloat16() -> bool:
-    """Whether this CPU has bf16 instructions (oneDNN's own check: AVX512-BF16 or AMX)."""
-    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def _fail(owner: str, name: str, allowed: str, got) -> None:
@@ -202,14 +196,9 @@ class TrainConfig:
         self._check_learner_options()
 
     def _check_learner_options(self) -> None:
-        if self.dtype not in ("float32", "bfloat16"):
-            _fail("TrainConfig", "dtype", "one of ['bfloat16', 'float32']", self.dtype)
+        check_precision("TrainConfig", self.dtype, self.device)
         if self.engine_dtype not in ("float32", "bfloat16", "float16"):
             _fail("TrainConfig", "engine_dtype", "one of ['bfloat16', 'float16', 'float32']", self.engine_dtype)
-        on_cpu = self.device == "cpu" or (self.device == "auto" and not torch.cuda.is_available())
-        if self.dtype == "bfloat16" and on_cpu and not cpu_supports_bfloat16():
-            raise ValueError("TrainConfig.dtype='bfloat16' on the CPU needs bf16 instructions (AVX512-BF16 or "
-                             "AMX), which this CPU lacks: use dtype='float32', or train on a GPU")
         for name in ("micro_batch_tokens", "logprob_chunk"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):

@@ -14,6 +14,8 @@ starts at zero weight and `init_value` bias, so the untrained critic says "unkno
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +26,18 @@ import torch.nn.functional as F
 from planner.scorers import ModelScorer
 
 __all__ = ["ValueCritic"]
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str):
+    """Errors only from `logger_name` inside."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class ValueCritic(ModelScorer):
@@ -42,8 +56,9 @@ class ValueCritic(ModelScorer):
             raise FileNotFoundError(f"no model folder at {str(policy_folder)!r} to build the critic from")
         config = AutoConfig.from_pretrained(policy_folder, num_labels=1)
         config.classifier_dropout = 0.0  # a keyword to from_pretrained is dropped silently: the head had p=0.1
-        model = AutoModelForTokenClassification.from_pretrained(policy_folder, config=config,
-                                                                dtype=getattr(torch, dtype))
+        with _quiet("transformers.modeling_utils"):  # its load report lists the new head, which is the point
+            model = AutoModelForTokenClassification.from_pretrained(policy_folder, config=config,
+                                                                    dtype=getattr(torch, dtype))
         with torch.no_grad():
             model.score.weight.zero_()
             if model.score.bias is not None:

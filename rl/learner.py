@@ -22,7 +22,6 @@ and of the critic (clipped value loss).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import resource
@@ -39,24 +38,15 @@ from rl.forward import token_logprobs
 from rl.kl import AdaptiveKLController, FixedKLController, kl
 from rl.losses import is_finite_loss, masked_mean, policy_loss, value_loss
 from rl.mismatch import mismatch_metrics, tis_weights
+from rl.runtime import autocast, resolve_device
 
-__all__ = ["Learner", "resolve_device", "peak_memory_mb", "derived_seed"]
+__all__ = ["Learner", "peak_memory_mb", "derived_seed"]
 log = logging.getLogger(__name__)
 SYNC_TOLERANCE = 1e-3
 
 
 def derived_seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] % (2**31 - 1))
-
-
-def resolve_device(name: str) -> torch.device:
-    """"auto" -> CUDA when available, else the CPU; anything else as given (checked to exist)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device: use device='cpu' or 'auto'")
-    return device
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -101,9 +91,7 @@ class Learner:
 
     def autocast(self, device: torch.device | None = None):
         """The forward passes' precision context (bfloat16 autocast, or nothing for float32)."""
-        if self.config.dtype != "bfloat16":
-            return contextlib.nullcontext()
-        return torch.autocast((device or self.device).type, dtype=torch.bfloat16)
+        return autocast(device or self.device, self.config.dtype)
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The policy's weights, to push into the engine."""

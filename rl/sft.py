@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rl.losses import is_finite_loss, sequence_logprobs, sft_loss
-from rl.runtime import torch_settings
+from rl.runtime import autocast, check_precision, resolve_device, torch_settings
 
 if TYPE_CHECKING:
     from verifiers.arithmetic import Difficulty
@@ -79,7 +79,14 @@ class SFTConfig:
     max_minutes: float | None = None
     """Stop after this much wall time (> 0), evaluations included; None: no limit."""
     device: str | None = None
-    """Train on this device ("cpu", "cuda"); None keeps the model where it is (a folder loads on the CPU)."""
+    """Train on this device ("cpu", "cuda", "auto": CUDA when available); None keeps the model where it
+    is (a folder loads on the CPU)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Precision: "float32", or "bfloat16" = autocast with float32 master weights and AdamW state
+    (rl/runtime.py). bfloat16 needs a GPU or a CPU with bf16 instructions."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward instead of storing them: less memory, about one more
+    forward of time."""
     threads: int | None = 1
     """torch CPU threads during training (>= 1), restored afterwards; None leaves the setting alone.
     One thread by default: two threads on two busy cores can be many times slower (DESIGN)."""
@@ -112,6 +119,7 @@ class SFTConfig:
         check(self.max_minutes is None or (number(self.max_minutes) and self.max_minutes > 0), "max_minutes",
               "None or a number > 0")
         check(self.device is None or isinstance(self.device, str), "device", "None or a device name like 'cpu'")
+        check_precision("SFTConfig", self.dtype, self.device)
         check(self.threads is None or (isinstance(self.threads, int) and self.threads >= 1), "threads",
               "None or an integer >= 1")
 
@@ -247,8 +255,11 @@ def train_sft(model, data, config: SFTConfig | None = None, *, tokenizer=None,
     encoded = [encode_pair(tokenizer, p, r, config.max_length) for p, r in pairs]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if config.device is not None:
-        model.to(config.device)
+        model.to(resolve_device(config.device))
     device = next(model.parameters()).device
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
 
     with torch_settings(config.threads):
         return _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, eval_fn, should_stop)
@@ -273,7 +284,8 @@ def _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, e
             order += torch.randperm(len(encoded), generator=generator).tolist()
         batch, order = [encoded[i] for i in order[:config.batch_size]], order[config.batch_size:]
         input_ids, attention_mask, loss_mask = (t.to(device) for t in collate(batch, pad_id))
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, L, V)
+        with autocast(device, config.dtype):
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, L, V)
         loss = response_nll(logits, input_ids, loss_mask)
         if not is_finite_loss(loss):
             raise FloatingPointError(f"SFT loss is {loss.item()} at step {step + 1}: training diverged; "

@@ -152,7 +152,7 @@ def test_bfloat16_engine_float32_learner_logs_the_mismatch_and_tis_weighs_it(mod
 @pytest.mark.parametrize("changes, message", [
     ({"tis_cap": 2.0, "old_logprobs": "engine"}, r"tis_cap .* needs old_logprobs='learner'"),
     ({"micro_batch_tokens": 1}, r"micro_batch_tokens must be an integer >= 2"),
-    ({"dtype": "float16"}, r"dtype must be one of \['bfloat16', 'float32'\]"),
+    ({"dtype": "float16"}, r"dtype must be one of \['float32', 'bfloat16'\]"),
     ({"engine_memory_fraction": 1.5}, r"engine_memory_fraction must be a number in \(0, 1\)"),
 ])
 def test_bad_learner_options_raise_one_clear_error(model_dir, tmp_path, changes, message):
@@ -161,8 +161,8 @@ def test_bad_learner_options_raise_one_clear_error(model_dir, tmp_path, changes,
 
 
 def test_bfloat16_on_a_cpu_without_bf16_instructions_is_refused(model_dir, tmp_path, monkeypatch):
-    import rl.config
-    monkeypatch.setattr(rl.config, "cpu_supports_bfloat16", lambda: False)
+    import rl.runtime
+    monkeypatch.setattr(rl.runtime, "cpu_supports_bfloat16", lambda: False)
     with pytest.raises(ValueError, match="needs bf16 instructions .* use dtype='float32'"):
         settings(model_dir, tmp_path, dtype="bfloat16")
 
