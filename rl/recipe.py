@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 __all__ = ["DemoConfig", "run_demo", "TINY"]
@@ -69,10 +69,19 @@ class DemoConfig:
     """Policy and critic updates per iteration (whole trees per minibatch; divides rl_prompts)."""
     rl_estimator: str = "grpo"
     """Advantage estimator during RL (rl.ADVANTAGE_ESTIMATORS)."""
+    dtype: str = "float32"
+    """Precision of the cold start's and RL's learner: "float32", or "bfloat16" (autocast with float32
+    master weights, rl/runtime.py). With bfloat16 the RL ratio uses the learner's own old
+    log-probabilities (the float32 engine's differ from a bfloat16 learner's)."""
     seed: int = 0
     """Seed of the cold start and the RL run."""
     progress: bool = True
     """Progress bars."""
+
+    def __post_init__(self) -> None:
+        from rl.runtime import check_precision
+
+        check_precision("DemoConfig", self.dtype, "cpu")
 
 
 TINY = DemoConfig(sft_minutes=0.4, sft_target=0.05, eval_problems=8, pass_samples=2, scaling_problems=4, seeds=[0],
@@ -137,7 +146,7 @@ def _run_demo(config: DemoConfig) -> dict:
     from planner.policy import load_policy
     from planner.strategies import MCTSConfig
     from rl.config import CriticConfig, TrainConfig
-    from rl.sft import cold_start, pass_rates
+    from rl.sft import COLD_START_SFT, cold_start, pass_rates
     from rl.trainer import SearchTrainer
     from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task
     from verifiers.tasks import load_task
@@ -159,7 +168,8 @@ def _run_demo(config: DemoConfig) -> dict:
 
     t = time.perf_counter()
     sft = cold_start(out / "sft", difficulty=config.difficulty, target_pass_range=(config.sft_target, 0.6),
-                     max_minutes=config.sft_minutes, seed=config.seed, final_eval=False, progress=config.progress)
+                     max_minutes=config.sft_minutes, seed=config.seed, final_eval=False, progress=config.progress,
+                     config=replace(COLD_START_SFT, dtype=config.dtype))
     t = lap("cold_start", t)
 
     policy = load_policy(sft.model_dir, backend=backend, seed=config.seed)
@@ -182,8 +192,8 @@ def _run_demo(config: DemoConfig) -> dict:
     train_config = TrainConfig(
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
         prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
-        lr=config.rl_lr, minibatches=config.rl_minibatches, old_logprobs="engine", seed=config.seed,
-        critic=CriticConfig(lr=1e-3))
+        lr=config.rl_lr, minibatches=config.rl_minibatches, seed=config.seed, critic=CriticConfig(lr=1e-3),
+        dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
     trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract)
     history = trainer.run(progress=config.progress)
     t = lap("rl", t)
