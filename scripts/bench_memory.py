@@ -75,6 +75,9 @@ def child(args) -> None:
     import psutil
     import torch
 
+    from planner.logs import configure_logging
+    configure_logging(False)
+
     from rl.batch import RolloutBatch
     from rl.learner import Learner
 
@@ -146,7 +149,7 @@ def main() -> None:
              "| max gradient difference / max entry | gradient cosine |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         diff = float((r["grad"] - reference).abs().max() / reference.abs().max())
-        cosine = float(torch.nn.functional.cosine_similarity(r["grad"], reference, dim=0))
+        cosine = float(torch.nn.functional.cosine_similarity(r["grad"].double(), reference.double(), dim=0))
         table.append(f"| {name} | {r['added_mb']:,.0f} | {r['added_mb'] / results['float32']['added_mb']:.2f}x | "
                      f"{r['cpu_s']:.1f} | {r['cpu_s'] / results['float32']['cpu_s']:.2f}x | {diff:.1e} | {cosine:.5f} |")
     from benchdoc import machine_line, update_section
@@ -159,7 +162,7 @@ def main() -> None:
         "Memory is the peak resident set during the second update minus the resident set before it (models, "
         "AdamW state and rows already loaded); CPU s is that update's. Micro-batches hold at most 1,024 padded tokens; chunked log-probs "
         "take 256 positions at a time. The gradient columns compare the first policy gradient with plain "
-        "float32's.", "", *table, ""])
+        "float32's (the cosine in float64).", "", *table, ""])
     print(body)
     if not args.no_doc:
         print(f"written to {update_section('Learner memory and precision', body)}")
