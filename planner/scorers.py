@@ -25,27 +25,11 @@ from typing import Literal
 
 import numpy as np
 
+from planner.answers import Equivalent, Extract, default_extract, default_verify, same_answer
 from planner.policy.types import ComputeStats, SamplingParams
 
 __all__ = ["Scorer", "ModelScorer", "OutcomeScorer", "MonteCarloScorer", "VerifierOracleScorer",
-           "AGGREGATIONS", "aggregate", "default_extract", "default_verify"]
-
-Extract = Callable[[str], "str | None"]
-Equivalent = Callable[[str, str], bool]
-
-
-def default_extract(text: str) -> str | None:
-    """`verifiers.math.extract_answer`, imported on first use."""
-    from verifiers.math import extract_answer
-
-    return extract_answer(text)
-
-
-def default_verify(gold: str, pred: str) -> bool:
-    """`verifiers.math.verify(gold, pred)`, imported on first use."""
-    from verifiers.math import verify
-
-    return bool(verify(gold, pred))
+           "AGGREGATIONS", "aggregate"]
 
 
 # ---- step-score aggregation ---------------------------------------------------------------------
@@ -224,8 +208,6 @@ class MonteCarloScorer(Scorer):
         self.policy, self.reference = policy, reference
         self.params = SamplingParams(n=rollouts, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         self.extract = extract or default_extract
-        from planner.strategies.voting import same_answer  # here: planner.strategies imports this module
-
         self.equivalent = equivalent or (default_verify if reference is not None else same_answer)
         self.is_oracle = reference is not None
         self.reset(seed)

@@ -109,3 +109,29 @@ def test_scorer_output_is_checked():
 
     with pytest.raises(ValueError, match=r"must return one value in \[0, 1\] per prefix; got \[1.5\]"):
         Broken(lambda t: 0.0, str).score([[1]])
+
+
+def test_answers_is_a_leaf_module_and_voting_is_gone():
+    """Answer extraction and the vote rules live in planner.answers, which imports nothing from planner,
+    so strategies and scorers both import it at module level: no import of a planner module is left
+    inside a function of scorers.py or the strategies (the old lazy import that dodged a cycle)."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    import planner
+
+    root = Path(planner.__file__).parent
+
+    def imported(node) -> list[str]:
+        if isinstance(node, ast.ImportFrom):
+            return [node.module or ""]
+        return [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+
+    answers = ast.parse((root / "answers.py").read_text())
+    assert not [m for n in ast.walk(answers) for m in imported(n) if m.startswith("planner")]
+    for path in [root / "scorers.py", *sorted((root / "strategies").glob("*.py"))]:
+        for func in [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)]:
+            inner = [m for n in ast.walk(func) for m in imported(n) if m.startswith("planner")]
+            assert not inner, (path.name, func.name, inner)
+    assert importlib.util.find_spec("planner.strategies.voting") is None

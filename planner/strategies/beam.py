@@ -34,7 +34,7 @@ class BeamConfig(StepConfig):
     beam_width: int = 4
     """M: samples per kept beam; N // M beams are kept each round. N must be a multiple of M."""
     final: Literal["best", "weighted", "majority"] = "best"
-    """How to pick among finished responses (by aggregated score; see `voting.py`)."""
+    """How to pick among finished responses (by aggregated score; see `planner/answers.py`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

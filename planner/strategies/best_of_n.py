@@ -1,6 +1,6 @@
 """Best-of-N: sample N complete responses, then pick one.
 
-Pick rules (see `voting.py`): majority vote over extracted answers (self-consistency, Wang et al.
+Pick rules (see `planner/answers.py`): majority vote over extracted answers (self-consistency, Wang et al.
 2022), reward-weighted vote (search-and-learn), or the single best score (Cobbe et al. 2021, with a
 verifier / ORM as the scorer). Samples are drawn in batches of `batch_size`; the budget is checked
 before each batch, so it is overshot by at most one batch (`batch_size * max_tokens` tokens).

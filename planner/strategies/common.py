@@ -13,10 +13,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from planner.answers import default_extract, same_answer, vote
 from planner.budget import ComputeMeter, ComputeRecord
 from planner.policy.types import SamplingParams
-from planner.scorers import default_extract
-from planner.strategies.voting import same_answer, vote
 from planner.tree import NO_PARENT, ROOT, SearchTree
 
 __all__ = ["SearchConfig", "SearchResult", "Seeds", "expand", "complete", "evaluate", "backup", "choose_answer",

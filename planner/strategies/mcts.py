@@ -53,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from planner.scorers import default_extract
+from planner.answers import default_extract
 from planner.strategies.common import (SearchResult, backup, check_choice, check_int, check_number, evaluate,
                                        complete, expand, finish_search, start_search)
 from planner.strategies.stepwise import StepConfig, best_visited_node
