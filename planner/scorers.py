@@ -27,6 +27,7 @@ import numpy as np
 
 from planner.answers import Equivalent, Extract, default_extract, default_verify, same_answer
 from planner.policy.types import ComputeStats, SamplingParams
+from planner.scheduler import SearchView
 
 __all__ = ["Scorer", "ModelScorer", "OutcomeScorer", "MonteCarloScorer", "VerifierOracleScorer",
            "AGGREGATIONS", "aggregate"]
@@ -89,9 +90,9 @@ class Scorer(ABC):
 
     def for_search(self, policy) -> "Scorer":
         """This scorer for one of several searches that run interleaved over a shared engine
-        (`planner.solve.solve_batch`, the trainer): a shallow copy with its own `stats` (and, once
-        `reset`, its own per-search state), so that each search's compute counts only its own
-        scoring. `policy` is that search's view of the engine (see `MonteCarloScorer.for_search`)."""
+        (`planner.scheduler.run_interleaved`: `solve_batch`, the learner): a shallow copy with its own
+        `stats` (and, once `reset`, its own per-search state), so that each search's compute counts only
+        its own scoring. `policy` is that search's `SearchView` (see `MonteCarloScorer.for_search`)."""
         twin = copy.copy(self)
         twin.stats = ComputeStats()
         return twin
@@ -216,7 +217,7 @@ class MonteCarloScorer(Scorer):
         """Also roll out through the search's view of the engine when it serves this scorer's policy:
         the rollouts then join the merged engine calls and count in that search's generated tokens."""
         twin = super().for_search(policy)
-        if getattr(policy, "shared_policy", None) is self.policy:
+        if isinstance(policy, SearchView) and policy.shared_policy is self.policy:
             twin.policy = policy
         return twin
 
