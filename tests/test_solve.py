@@ -48,8 +48,8 @@ def test_mcts_defaults_to_the_monte_carlo_scorer_and_an_integer_budget_is_tokens
     assert made and made[0]["max_tokens"] == 4 * 3  # rollouts run to the end of a response
     assert solution.tree.meta["strategy"] == "mcts" and all(
         solution.tree[c].score is not None for c in solution.tree[0].children)
-    # 30 tokens, plus at most one round: 2 steps of <= 4 tokens and 2 x 4 rollouts of <= 12 tokens
-    assert 30 <= solution.compute.generated_tokens <= 30 + 2 * 4 + 8 * 12
+    # 30 tokens at most, rollouts included: the budget is a ceiling (planner/budget.py)
+    assert solution.compute.generated_tokens <= 30
 
 
 def test_oracles_are_refused_unless_allowed(scripted_policy):

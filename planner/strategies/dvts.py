@@ -2,10 +2,13 @@
 
 The N-sample budget is split into `num_beams // beam_width` independent subtrees. Each round, every
 unfinished subtree samples `beam_width` candidate steps below its current node (all subtrees in one
-generate call), the candidates are scored in one scorer call, and each subtree moves greedily to
-its best candidate (by aggregated score). A subtree ends when its chosen step finishes the
-response. The final answer is voted among the subtrees' final nodes. Independence across subtrees
-keeps the diversity that plain beam search loses when one prefix dominates.
+generate call; in the first round one prompt, the root, with all N samples), the candidates are
+scored in one scorer call, and each subtree moves greedily to its best candidate (by aggregated
+score). A subtree ends when its chosen step finishes the response. The final answer is voted among
+the subtrees' final nodes. Independence across subtrees keeps the diversity that plain beam search
+loses when one prefix dominates. Under a budget each round is sized to what is left (fewer
+candidates per subtree, then fewer subtrees, then shorter steps; see `planner/budget.py`).
+
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Literal
 
 from planner.strategies.common import SearchResult, backup, check_choice, check_int, choose_answer, evaluate
 from planner.strategies.common import expand, finish_search, start_search
+from planner.strategies.fitting import fit_round
 from planner.strategies.stepwise import StepConfig, path_value
 from planner.tree import ROOT
 
@@ -48,19 +52,26 @@ def dvts(prompt_ids, policy, scorer, budget, config: DVTSConfig, seed: int) -> S
     tree, meter, seeds = start_search(prompt_ids, policy, scorer, budget, config, seed, "dvts")
     subtrees = config.num_beams // config.beam_width
     heads = [ROOT] * subtrees  # each subtree's current node
-    while any(not tree[h].terminal for h in heads) and not meter.exhausted():
-        live = [k for k, h in enumerate(heads) if not tree[h].terminal]
-        if heads[live[0]] == ROOT:  # first round: one call with all N samples from the root, split M per subtree
-            flat = expand(tree, [ROOT], policy, config.step_sampling(len(live) * config.beam_width), seeds.next(),
+    while True:
+        live = [k for k in range(subtrees) if not tree[heads[k]].terminal]
+        if not live:
+            break
+        step = config.step_sampling(config.beam_width)
+        fitted = fit_round(meter, tree, [heads[k] for k in live], step, scorer)
+        if fitted is None:
+            break
+        nodes, params = fitted
+        served = live[:len(nodes)]
+        if all(node == ROOT for node in nodes):  # the first round: one prompt, M samples per subtree
+            flat = expand(tree, [ROOT], policy, params.replace(n=len(nodes) * params.n), seeds.next(),
                           config.max_steps)[0]
-            groups = [flat[j * config.beam_width:(j + 1) * config.beam_width] for j in range(len(live))]
+            groups = [flat[j * params.n:(j + 1) * params.n] for j in range(len(nodes))]
         else:
-            groups = expand(tree, [heads[k] for k in live], policy, config.step_sampling(config.beam_width),
-                            seeds.next(), config.max_steps)
+            groups = expand(tree, nodes, policy, params, seeds.next(), config.max_steps)
         candidates = [c for group in groups for c in group]
-        for node, value in zip(candidates, evaluate(tree, candidates, scorer)):
+        for node, value in zip(candidates, evaluate(tree, candidates, scorer, meter=meter)):
             backup(tree, node, value)
-        for k, group in zip(live, groups):  # greedy per subtree; ties keep sample order
+        for k, group in zip(served, groups):  # greedy per subtree; ties keep sample order
             heads[k] = max(group, key=lambda c: (path_value(tree, c, config.aggregation), -c))
     finals = [h for h in heads if h != ROOT] or [ROOT]
     weights = [path_value(tree, h, config.aggregation) if h != ROOT else 0.0 for h in finals]
