@@ -138,5 +138,25 @@ def test_dvts_prunes_a_low_subtree_and_restarts_it_from_its_best_visited_node(sc
 
 
 def test_beam_golden_tree(scripted_policy, table_scorer, check_golden):
+    """The golden file is what the code wrote; the expectations before it are derived by hand from the
+    module docstring's example, so the file cannot silently hold a wrong tree."""
     result, _ = run(scripted_policy, table_scorer, aggregation="last")
-    check_golden(result.tree, "beam.json")
+    tree = result.tree
+    # nodes in creation order: the root; round 1 a b c d (1-4); round 2 expands the kept beams in rank
+    # order b, d: e f (5, 6), g h (7, 8); round 3 expands f, h: i j (9, 10), k l (11, 12) -> 13 nodes
+    assert [tree.response_text(i) for i in range(len(tree))] == [
+        "", "a\n\n", "b\n\n", "c\n\n", "d\n\n", "b\n\ne", "b\n\nf\n\n", "d\n\ng", "d\n\nh\n\n",
+        "b\n\nf\n\ni", "b\n\nf\n\nj", "d\n\nh\n\nk", "d\n\nh\n\nl"]
+    assert [tree[i].parent for i in range(len(tree))] == [-1, 0, 0, 0, 0, 2, 2, 4, 4, 6, 6, 8, 8]
+    # finished: the steps that ended with EOS (e, g and all four of round 3): 6 >= N = 4 stops the search
+    assert [i for i in range(len(tree)) if tree[i].terminal] == [5, 7, 9, 10, 11, 12]
+    # every scored node is backed up once, into itself and its ancestors:
+    #   a .2, c .1 (one visit each); b: .9 + e .4 + f .8 + i .6 + j .1 = 2.8 over 5; f: .8 + .6 + .1 = 1.5 over 3
+    #   d: .5 + g .95 + h .3 + k .2 + l .7 = 2.65 over 5; h: .3 + .2 + .7 = 1.2 over 3
+    #   root: all 12 scored nodes, 1.7 (round 1) + 2.45 (round 2) + 1.6 (round 3) = 5.75
+    assert [(tree[i].visits, round(tree[i].value_sum, 6)) for i in range(9)] == [
+        (12, 5.75), (1, 0.2), (5, 2.8), (1, 0.1), (5, 2.65), (1, 0.4), (3, 1.5), (1, 0.95), (3, 1.2)]
+    assert all(tree[i].visits == 1 and tree[i].value_sum == tree[i].score for i in range(9, 13))
+    # "best" by the last step's score among the finished: e .4, g .95, i .6, j .1, k .2, l .7 -> g (node 7)
+    assert (result.leaf, result.answer, result.text, tree.meta["chosen"]) == (7, "g", "d\n\ng", 7)
+    check_golden(tree, "beam.json")
