@@ -100,8 +100,10 @@ class Scorer(ABC):
     def _fit(self, prefixes: list[list[int]], prompt_len: int | None, finished: list[bool],
              affordable: Callable[[Spend], bool] | None) -> None:
         """Size this call's work to `affordable` (here: refuse a call the budget cannot pay for)."""
+        if affordable is None:
+            return
         least = self.least_spend([len(p) for p in prefixes], finished, prefixes[0][:prompt_len or 0])
-        if affordable is not None and not affordable(least):
+        if not affordable(least):
             raise ValueError(f"{type(self).__name__} cannot score {len(prefixes)} prefixes within what the budget "
                              f"has left (it needs at least {least}): size the round with "
                              "planner.strategies.fitting.fit_round, which reserves the scoring")

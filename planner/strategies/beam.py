@@ -6,8 +6,8 @@ one generate call. Candidates are scored in one scorer call; finished ones leave
 rest, the `num_beams // beam_width` with the highest aggregated score are kept. Search ends when
 `num_beams` responses have finished, at `max_steps`, or when the budget cannot pay for another
 round (a round is sized to what is left: fewer samples per beam, then fewer beams, best first, then
-shorter steps; see `planner/budget.py`). Every scored node gets one visit with its score, so the tree's visit-mean values are
-Monte-Carlo averages of the scores below each node.
+shorter steps; see `planner/budget.py`). Every scored node gets one visit with its score, so the
+tree's visit-mean values are Monte-Carlo averages of the scores below each node.
 
 Early termination (`prune_below`): kept beams whose value falls below the threshold are pruned;
 when none survive, the search restarts from the best visited node (at most `max_resets` times).

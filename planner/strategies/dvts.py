@@ -1,6 +1,6 @@
 """Diverse verifier tree search (DVTS; Beeching et al. 2024, search-and-learn's `dvts`).
 
-The N-sample budget is split into `num_beams // beam_width` independent subtrees. Each round, every
+The N samples of a round are split over `num_beams // beam_width` independent subtrees. Each round, every
 unfinished subtree samples `beam_width` candidate steps below its current node (all subtrees in one
 generate call; in the first round one prompt, the root, with all N samples), the candidates are
 scored in one scorer call, and each subtree moves greedily to its best candidate (by aggregated
