@@ -1,14 +1,17 @@
-"""Compute-scaling curves: accuracy against measured compute for each strategy and budget.
+"""Compute-scaling curves: accuracy against measured compute for each strategy and size.
 
-For a policy, a task (or a slice of one), a list of strategies and a list of budgets per strategy,
-`run_scaling` runs every strategy at every budget over several seeds and returns one row per
-(strategy, budget, seed); `write_outputs` writes `results.csv`, `summary.json`,
-`accuracy_vs_tokens.png` and `accuracy_vs_flops.png`. The x axis is always the *measured* compute
-(generated tokens or estimated FLOPs per problem), so strategies with different size knobs share
-one plot: the compute-optimal scaling curves of Snell et al. 2024 ("Scaling LLM Test-Time Compute
-Optimally can be More Effective than Scaling Model Parameters").
+For a policy, a task (or a slice of one), a list of strategies and a list of sizes per strategy,
+`run_scaling` runs every strategy at every size over several seeds and returns one row per
+(strategy, size, seed), each with its per-problem outcomes; `run` also writes them
+(`planner.scaling_report.write_outputs`: results.csv, problems.csv, summary.json and two plots).
+The x axis is always the *measured* compute (generated tokens or estimated FLOPs per problem, the
+scorer's included), so strategies with different size knobs share one plot: the compute-optimal
+scaling curves of Snell et al. 2024 ("Scaling LLM Test-Time Compute Optimally can be More Effective
+than Scaling Model Parameters"). Each accuracy comes with a 95% bootstrap interval over problems
+(see `planner.scaling_report`).
 
-**Budget** is each strategy's natural size knob (`BUDGET_KNOBS`):
+**Size** is each strategy's natural size knob (`SIZE_KNOBS`); it is not a compute limit (that is a
+`planner.Budget`):
 
 - best_of_n: N, the number of samples. Sampled *once* per problem and seed at the largest N, in
   one generate call; a smaller n uses the first n of those N samples (they are i.i.d., so the
@@ -19,7 +22,7 @@ Optimally can be More Effective than Scaling Model Parameters").
   A Monte-Carlo scorer's pool of samples from the prompt (drawn once, whatever n) counts in full.
 - beam, dvts: `num_beams` (N), with `beam_width` M = gcd(N, 4) unless set in the options
   (Snell et al. 2024 use M = 4; N must be a multiple of M). mcts: `num_simulations`.
-- budget_forcing: the thinking-token budget b (s1's own scaling axis, Muennighoff et al. 2025):
+- budget_forcing: the thinking tokens b (s1's own scaling axis, Muennighoff et al. 2025):
   `max_thinking_tokens = b`, `min_thinking_tokens = round(forcing_min_fraction * b)`, one sample
   (set `n` in the strategy options for best-of-N on top of forcing).
 
@@ -27,64 +30,44 @@ Optimally can be More Effective than Scaling Model Parameters").
 with the same policy, scored by majority agreement among them), a critic / PRM folder, or none
 (beam, dvts and mcts then get `planner.solve`'s default Monte-Carlo scorer). Only after the search
 does the task's verifier grade the chosen response: `reward = task.reward(text, problem)`, and a
-problem counts as solved when `reward >= 0.5`. **accuracy** = solved problems / problems (for one
-strategy, budget and seed); `mean_reward` is the mean reward.
+problem counts as solved when `reward >= SOLVED_AT`. **accuracy** = solved problems / problems (for
+one strategy, size and seed); `mean_reward` is the mean reward.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from planner.budget import ComputeRecord
+from planner.scaling_report import SIZE_KNOBS, SOLVED_AT, write_outputs
 from planner.scorers import ModelScorer, MonteCarloScorer, Scorer
 from planner.solve import solve, solve_batch
 from planner.strategies import STRATEGIES, make_config
 from planner.strategies.common import choose_answer
 from planner.tree import ROOT
 
-__all__ = ["ScalingConfig", "BUDGET_KNOBS", "DEFAULT_BUDGETS", "CSV_COLUMNS", "SOLVED_AT", "resolve_model",
-           "make_scorer", "select_problems", "run_scaling", "solve_all", "best_of_n_rows", "strategy_rows", "curve",
-           "summarize", "tokens_to_reach", "write_csv", "read_csv", "plot_curves", "write_outputs", "load_inputs",
-           "run"]
+__all__ = ["ScalingConfig", "DEFAULT_SIZES", "resolve_model", "make_scorer", "select_problems", "run_scaling",
+           "solve_all", "best_of_n_rows", "strategy_rows", "load_inputs", "run"]
 
-BUDGET_KNOBS: dict[str, str] = {
-    "best_of_n": "n",
-    "beam": "num_beams",
-    "dvts": "num_beams",
-    "mcts": "num_simulations",
-    "budget_forcing": "max_thinking_tokens",
-}
-"""Strategy -> the config field its budget sets (budget_forcing also derives min_thinking_tokens)."""
-
-DEFAULT_BUDGETS: dict[str, tuple[int, ...]] = {
+DEFAULT_SIZES: dict[str, tuple[int, ...]] = {
     "best_of_n": (1, 2, 4, 8, 16),
     "beam": (1, 2, 4, 8),
     "dvts": (2, 4, 8),
     "mcts": (4, 8, 16, 32),
     "budget_forcing": (32, 64, 128, 256),
 }
-"""Budgets used for a strategy when none are given for it."""
-
-SOLVED_AT = 0.5
-"""A problem is solved when the verifier's reward of the chosen response is >= this."""
-
-CSV_COLUMNS = ("strategy", "budget", "seed", "problems", "accuracy", "mean_reward", "generated_tokens",
-               "generated_tokens_per_problem", "prompt_tokens", "cached_prompt_tokens", "flops",
-               "flops_per_problem", "policy_calls", "scorer_calls", "wall_seconds")
-"""Columns of results.csv; token, FLOP, call and second columns are totals over the problems.
-policy_calls counts each search's calls (with `batched`, a merged engine call counts once per search in it)."""
+"""Sizes used for a strategy when none are given for it (see `SIZE_KNOBS`)."""
 
 
 @dataclass
 class ScalingConfig:
-    """One compute-scaling run (Snell et al. 2024): strategies x budgets x seeds over a task slice."""
+    """One compute-scaling run (Snell et al. 2024): strategies x sizes x seeds over a task slice."""
 
     model: str = "smollm2"
     """Policy: a Hugging Face save_pretrained folder, or "smollm2" for SmolLM2-135M-Instruct."""
@@ -108,8 +91,9 @@ class ScalingConfig:
     """Use this many problems after the offset (None: all)."""
     strategies: list[str] = field(default_factory=lambda: ["best_of_n"])
     """Strategies to compare (names in planner.strategies.STRATEGIES)."""
-    budgets: dict[str, list[int]] = field(default_factory=dict)
-    """Strategy -> its budgets (see BUDGET_KNOBS); a strategy missing here gets DEFAULT_BUDGETS."""
+    sizes: dict[str, list[int]] = field(default_factory=dict)
+    """Strategy -> its sizes (the values of its size knob, `SIZE_KNOBS`); a strategy missing here gets
+    DEFAULT_SIZES."""
     seeds: list[int] = field(default_factory=lambda: [0, 1])
     """Run seeds; problem i under seed s is searched with seed s * 1_000_003 + i."""
     max_tokens: int = 256
@@ -120,7 +104,7 @@ class ScalingConfig:
     final: Literal["majority", "weighted", "best"] = "majority"
     """best_of_n and budget_forcing pick rule ("weighted" and "best" need a scorer)."""
     forcing_min_fraction: float = 0.5
-    """budget_forcing: min_thinking_tokens = round(this * budget)."""
+    """budget_forcing: min_thinking_tokens = round(this * size)."""
     scorer: str | None = None
     """None, "mc" (Monte-Carlo majority agreement with the same policy), or a critic / PRM folder
     (ModelScorer, squash="clamp")."""
@@ -141,14 +125,14 @@ class ScalingConfig:
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown or not self.strategies:
             raise ValueError(f"strategies must be a non-empty list of {sorted(STRATEGIES)}; got {self.strategies!r}")
-        for name, given in (("budgets", self.budgets), ("options", self.options)):
+        for name, given in (("sizes", self.sizes), ("options", self.options)):
             extra = sorted(set(given) - set(self.strategies))
             if extra:
                 raise ValueError(f"{name} given for strategies not run: {extra}; strategies: {self.strategies}")
         for name in self.strategies:
-            budgets = self.budgets_for(name)
-            if not budgets or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in budgets):
-                raise ValueError(f"budgets for {name} must be integers >= 1; got {list(budgets)!r}")
+            sizes = self.sizes_for(name)
+            if not sizes or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in sizes):
+                raise ValueError(f"sizes for {name} must be integers >= 1; got {list(sizes)!r}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be a non-empty list of distinct integers; got {self.seeds!r}")
         if self.offset < 0 or (self.limit is not None and self.limit < 1):
@@ -159,21 +143,21 @@ class ScalingConfig:
         if self.final != "majority" and self.scorer is None and {"best_of_n", "budget_forcing"} & set(self.strategies):
             raise ValueError(f"final={self.final!r} needs a scorer ('mc' or a folder); or use final='majority'")
         for name in self.strategies:  # a bad strategy option fails here, before any model is loaded
-            for budget in self.budgets_for(name):
-                self.strategy_config(name, budget)
+            for size in self.sizes_for(name):
+                self.strategy_config(name, size)
 
-    def budgets_for(self, strategy: str) -> list[int]:
-        return sorted(self.budgets.get(strategy) or DEFAULT_BUDGETS[strategy])
+    def sizes_for(self, strategy: str) -> list[int]:
+        return sorted(self.sizes.get(strategy) or DEFAULT_SIZES[strategy])
 
-    def strategy_config(self, strategy: str, budget: int, **extra) -> dict:
-        """Config fields for `strategy` at `budget` (validated by building the config once)."""
-        fields = {"temperature": self.temperature, BUDGET_KNOBS[strategy]: budget}
+    def strategy_config(self, strategy: str, size: int, **extra) -> dict:
+        """Config fields for `strategy` at `size` (validated by building the config once)."""
+        fields = {"temperature": self.temperature, SIZE_KNOBS[strategy]: size}
         if strategy == "best_of_n":
             fields.update(max_tokens=self.max_tokens, final=self.final)
         elif strategy in ("beam", "dvts"):  # N must be a multiple of M: M = gcd(N, 4) unless set
-            fields["beam_width"] = math.gcd(budget, 4)
+            fields["beam_width"] = math.gcd(size, 4)
         elif strategy == "budget_forcing":
-            fields.update(min_thinking_tokens=round(self.forcing_min_fraction * budget),
+            fields.update(min_thinking_tokens=round(self.forcing_min_fraction * size),
                           max_answer_tokens=self.max_tokens, final=self.final)
         fields.update(self.options.get(strategy, {}))
         fields.update(extra)
@@ -223,14 +207,20 @@ def _problem_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index
 
 
-def _row(strategy: str, budget: int, seed: int, rewards: list[float], compute: ComputeRecord) -> dict:
-    n = len(rewards)
-    return {"strategy": strategy, "budget": budget, "seed": seed, "problems": n,
-            "accuracy": sum(r >= SOLVED_AT for r in rewards) / n, "mean_reward": sum(rewards) / n,
+def _outcome(strategy: str, size: int, seed: int, problem: int, reward: float, compute: ComputeRecord) -> dict:
+    return {"strategy": strategy, "size": size, "seed": seed, "problem": problem, "reward": reward,
+            "solved": int(reward >= SOLVED_AT), "generated_tokens": compute.generated_tokens, "flops": compute.flops}
+
+
+def _row(strategy: str, size: int, seed: int, outcomes: list[dict], compute: ComputeRecord) -> dict:
+    """One results.csv row (compute: the totals over the problems) with its per-problem `outcomes`."""
+    n = len(outcomes)
+    return {"strategy": strategy, "size": size, "seed": seed, "problems": n,
+            "accuracy": sum(o["solved"] for o in outcomes) / n, "mean_reward": sum(o["reward"] for o in outcomes) / n,
             "generated_tokens": compute.generated_tokens, "generated_tokens_per_problem": compute.generated_tokens / n,
             "prompt_tokens": compute.prompt_tokens, "cached_prompt_tokens": compute.cached_prompt_tokens,
             "flops": compute.flops, "flops_per_problem": compute.flops / n, "policy_calls": compute.policy_calls,
-            "scorer_calls": compute.scorer_calls, "wall_seconds": compute.seconds}
+            "scorer_calls": compute.scorer_calls, "wall_seconds": compute.seconds, "outcomes": outcomes}
 
 
 def solve_all(problems, policy, strategy: str, scorer: Scorer | None, seed: int, *, chat: bool = True,
@@ -252,23 +242,23 @@ def solve_all(problems, policy, strategy: str, scorer: Scorer | None, seed: int,
     return solutions, sum(s.compute.seconds for s in solutions)
 
 
-def best_of_n_rows(problems, policy, reward: Callable[[str, object], float], budgets: Sequence[int], seed: int, *,
+def best_of_n_rows(problems, policy, reward: Callable[[str, object], float], sizes: Sequence[int], seed: int, *,
                    scorer: Scorer | None = None, chat: bool = True, batched: bool = False,
                    on_problem: Callable[[], None] | None = None, **config) -> list[dict]:
-    """Best-of-N rows for every budget n from one sampling pass per problem at N = max(budgets).
+    """Best-of-N rows for every size n from one sampling pass per problem at N = max(sizes).
 
     The first n leaves (in sampling order) are voted on by `config["final"]` exactly as
     `best_of_n` would; their compute is pro-rated (see the module docstring).
     """
-    budgets = sorted(budgets)
-    top = budgets[-1]
+    sizes = sorted(sizes)
+    top = sizes[-1]
     config = {**config, "n": top, "batch_size": None}
     settings = make_config("best_of_n", **config)
-    rewards = {n: [] for n in budgets}
-    compute = {n: ComputeRecord() for n in budgets}
+    outcomes: dict[int, list[dict]] = {n: [] for n in sizes}
+    compute = {n: ComputeRecord() for n in sizes}
     solutions, wall = solve_all(problems, policy, "best_of_n", scorer, seed, chat=chat, batched=batched,
                                 on_problem=on_problem, **config)
-    for problem, solution in zip(problems, solutions):
+    for index, (problem, solution) in enumerate(zip(problems, solutions)):
         tree, full = solution.tree, solution.compute
         leaves = list(tree[ROOT].children)
         # with a scorer, best_of_n scored every leaf; the vote uses those scores (as a tie-break for "majority")
@@ -277,39 +267,44 @@ def best_of_n_rows(problems, policy, reward: Callable[[str, object], float], bud
         fixed = full.generated_tokens - samples  # a rollout scorer's samples from the prompt: needed at any n
         uncached = full.prompt_tokens - full.cached_prompt_tokens
         scored = [len(tree.prefix_ids(leaf)) if scorer is not None else 0 for leaf in leaves]  # scorer input per leaf
-        for n in budgets:
+        for n in sizes:
             first = None if weights is None else weights[:n]
             leaf, _ = choose_answer(tree, leaves[:n], settings.final, first, settings)
-            rewards[n].append(float(reward(tree.response_text(leaf), problem)))
             generated = fixed + sum(len(tree[x].token_ids) for x in leaves[:n])
             share = n / len(leaves) if leaves else 0.0
-            compute[n] = compute[n] + ComputeRecord(
+            spent = ComputeRecord(
                 generated_tokens=generated, prompt_tokens=full.prompt_tokens,
                 cached_prompt_tokens=full.cached_prompt_tokens, policy_calls=full.policy_calls,
                 scorer_calls=full.scorer_calls, scorer_tokens=sum(scored[:n]),
                 policy_flops=full.policy_flops * (uncached + generated) / max(uncached + full.generated_tokens, 1),
                 scorer_flops=full.scorer_flops * sum(scored[:n]) / max(full.scorer_tokens, 1),
                 seconds=0.0 if batched else full.seconds * share)
+            compute[n] = compute[n] + spent
+            outcomes[n].append(_outcome("best_of_n", n, seed, index, float(reward(tree.response_text(leaf), problem)),
+                                        spent))
     if batched:  # one merged call's seconds are in every problem's record: use the measured wall time
-        for n in budgets:
+        for n in sizes:
             compute[n].seconds = wall * n / top
-    return [_row("best_of_n", n, seed, rewards[n], compute[n]) for n in budgets]
+    return [_row("best_of_n", n, seed, outcomes[n], compute[n]) for n in sizes]
 
 
-def strategy_rows(problems, policy, reward: Callable[[str, object], float], strategy: str, budget: int, seed: int,
+def strategy_rows(problems, policy, reward: Callable[[str, object], float], strategy: str, size: int, seed: int,
                   *, scorer: Scorer | None = None, chat: bool = True, batched: bool = False,
                   on_problem: Callable[[], None] | None = None, **config) -> dict:
-    """One row: `strategy` with `config` (its budget already set) on every problem, graded by `reward`."""
+    """One row: `strategy` with `config` (its size already set) on every problem, graded by `reward`."""
     solutions, wall = solve_all(problems, policy, strategy, scorer, seed, chat=chat, batched=batched,
                                 on_problem=on_problem, **config)
     compute = sum((s.compute for s in solutions), ComputeRecord())
     compute.seconds = wall
-    return _row(strategy, budget, seed, [float(reward(s.text, p)) for s, p in zip(solutions, problems)], compute)
+    outcomes = [_outcome(strategy, size, seed, i, float(reward(s.text, p)), s.compute)
+                for i, (s, p) in enumerate(zip(solutions, problems))]
+    return _row(strategy, size, seed, outcomes, compute)
 
 
 def run_scaling(config: ScalingConfig, policy, problems: Sequence, reward: Callable[[str, object], float], *,
                 extract=None, equivalent=None, scorer: Scorer | None = None) -> list[dict]:
-    """Every strategy at every budget for every seed; one row per (strategy, budget, seed).
+    """Every strategy at every size for every seed; one row per (strategy, size, seed), each with its
+    per-problem "outcomes" (see `planner.scaling_report`).
 
     reward(text, problem) -> float grades the chosen response (the strategies never see it).
     extract / equivalent: the verifier's answer extraction and equality, used for voting.
@@ -321,166 +316,29 @@ def run_scaling(config: ScalingConfig, policy, problems: Sequence, reward: Calla
         scorer = make_scorer(config.scorer, policy, extract=extract, equivalent=equivalent, rollouts=config.mc_rollouts,
                              max_tokens=config.max_tokens, temperature=config.temperature)
     voting = {k: v for k, v in (("extract", extract), ("equivalent", equivalent)) if v is not None}
-    runs = sum(1 if s == "best_of_n" else len(config.budgets_for(s)) for s in config.strategies)
+    runs = sum(1 if s == "best_of_n" else len(config.sizes_for(s)) for s in config.strategies)
     bar = tqdm(total=runs * len(config.seeds) * len(problems), desc="scaling", unit="problem",
                disable=not config.progress)
     rows = []
     try:
         for strategy in config.strategies:
-            budgets = config.budgets_for(strategy)
+            sizes = config.sizes_for(strategy)
             for seed in config.seeds:
                 bar.set_postfix_str(f"{strategy} seed={seed}")
                 if strategy == "best_of_n":
-                    fields = config.strategy_config(strategy, budgets[-1], **voting)
-                    rows += best_of_n_rows(problems, policy, reward, budgets, seed, scorer=scorer, chat=config.chat,
+                    fields = config.strategy_config(strategy, sizes[-1], **voting)
+                    rows += best_of_n_rows(problems, policy, reward, sizes, seed, scorer=scorer, chat=config.chat,
                                            batched=config.batched, on_problem=bar.update, **fields)
                     continue
-                for budget in budgets:
-                    bar.set_postfix_str(f"{strategy} budget={budget} seed={seed}")
-                    fields = config.strategy_config(strategy, budget, **voting)
-                    rows.append(strategy_rows(problems, policy, reward, strategy, budget, seed, scorer=scorer,
+                for size in sizes:
+                    bar.set_postfix_str(f"{strategy} size={size} seed={seed}")
+                    fields = config.strategy_config(strategy, size, **voting)
+                    rows.append(strategy_rows(problems, policy, reward, strategy, size, seed, scorer=scorer,
                                               chat=config.chat, batched=config.batched, on_problem=bar.update,
                                               **fields))
     finally:
         bar.close()
     return rows
-
-
-# ---- reading the rows: curves, the summary, tokens to reach an accuracy --------------------------------------
-def curve(rows: Sequence[dict], strategy: str, x: str = "generated_tokens_per_problem") -> list[dict]:
-    """One point per budget of `strategy` (sorted by budget): the mean, std, min and max over seeds of
-    accuracy, and the mean of `x` and of the other per-problem compute columns."""
-    by_budget: dict[int, list[dict]] = {}
-    for row in rows:
-        if row["strategy"] == strategy:
-            by_budget.setdefault(int(row["budget"]), []).append(row)
-    points = []
-    for budget in sorted(by_budget):
-        group = by_budget[budget]
-        acc = [float(r["accuracy"]) for r in group]
-        mean = sum(acc) / len(acc)
-        points.append({"budget": budget, "seeds": len(group), "accuracy_mean": mean,
-                       "accuracy_std": math.sqrt(sum((a - mean) ** 2 for a in acc) / len(acc)),
-                       "accuracy_min": min(acc), "accuracy_max": max(acc),
-                       "x_mean": sum(float(r[x]) for r in group) / len(group),
-                       **{f"{c}_mean": sum(float(r[c]) for r in group) / len(group)
-                          for c in ("generated_tokens_per_problem", "flops_per_problem", "wall_seconds")}})
-    return points
-
-
-def tokens_to_reach(rows: Sequence[dict], strategy: str, target_accuracy: float) -> float | None:
-    """Mean generated tokens per problem `strategy` needs to reach `target_accuracy` (seed-mean curve).
-
-    Walking up the budgets: the first point at or above the target gives its tokens when it is the
-    smallest budget; otherwise the tokens are interpolated between it and the point before it,
-    linearly in log(tokens) (the plots' x axis). None when no budget reaches the target.
-    """
-    points = curve(rows, strategy)
-    for k, point in enumerate(points):
-        if point["accuracy_mean"] >= target_accuracy:
-            if k == 0:
-                return point["x_mean"]
-            lo, hi = points[k - 1], point
-            if lo["x_mean"] <= 0 or hi["x_mean"] <= 0 or hi["accuracy_mean"] == lo["accuracy_mean"]:
-                return hi["x_mean"]
-            t = (target_accuracy - lo["accuracy_mean"]) / (hi["accuracy_mean"] - lo["accuracy_mean"])
-            return math.exp(math.log(lo["x_mean"]) + t * (math.log(hi["x_mean"]) - math.log(lo["x_mean"])))
-    return None
-
-
-def summarize(rows: Sequence[dict], config: ScalingConfig | None = None) -> dict:
-    """Per strategy and budget: mean accuracy (and spread) and mean compute per problem over seeds; plus
-    the best best-of-N (majority) accuracy and the generated tokens each strategy needed to reach it."""
-    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
-    out: dict = {"solved_at": SOLVED_AT,
-                 "curves": {s: [{k: v for k, v in p.items() if k != "x_mean"} for p in curve(rows, s)]
-                            for s in strategies}}
-    if config is not None:
-        out["config"] = {k: v for k, v in asdict(config).items() if k != "progress"}
-    if "best_of_n" in strategies:
-        target = max(p["accuracy_mean"] for p in curve(rows, "best_of_n"))
-        out["best_of_n_best_accuracy"] = target
-        out["tokens_to_reach_best_of_n_best"] = {s: tokens_to_reach(rows, s, target) for s in strategies}
-    return out
-
-
-# ---- files -------------------------------------------------------------------------------------------------
-def write_csv(rows: Sequence[dict], path: str | os.PathLike) -> Path:
-    import csv
-
-    path = Path(path)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(CSV_COLUMNS))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({c: row[c] for c in CSV_COLUMNS})
-    return path
-
-
-def read_csv(path: str | os.PathLike) -> list[dict]:
-    """Rows of a results.csv with numbers parsed (ints stay ints)."""
-    import csv
-
-    def number(text: str):
-        try:
-            return int(text)
-        except ValueError:
-            return float(text)
-
-    with open(path, newline="") as f:
-        return [{k: v if k == "strategy" else number(v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
-def plot_curves(rows: Sequence[dict], path: str | os.PathLike, x: str = "generated_tokens_per_problem",
-                band: Literal["minmax", "std"] = "minmax", title: str | None = None) -> Path:
-    """Accuracy against `x` (log axis): seed mean per strategy with a min-max (or +-std) band over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = {"generated_tokens_per_problem": "generated tokens per problem", "flops_per_problem": "FLOPs per problem"}
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    top = 0.0
-    for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        points = curve(rows, strategy, x)
-        xs = [p["x_mean"] for p in points]
-        ys = [p["accuracy_mean"] for p in points]
-        if band == "std":
-            low = [p["accuracy_mean"] - p["accuracy_std"] for p in points]
-            high = [p["accuracy_mean"] + p["accuracy_std"] for p in points]
-        else:
-            low, high = [p["accuracy_min"] for p in points], [p["accuracy_max"] for p in points]
-        top = max([top, *high])
-        knob = BUDGET_KNOBS.get(strategy, "budget")
-        (line,) = ax.plot(xs, ys, marker="o", label=f"{strategy} (point labels: {knob})")
-        ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-        for p, xv, yv in zip(points, xs, ys):
-            ax.annotate(str(p["budget"]), (xv, yv), textcoords="offset points", xytext=(3, 4), fontsize=7)
-    ax.set_xscale("log")
-    ax.set_ylim(-0.02, min(1.02, max(0.1, top + 0.05)))
-    ax.set_xlabel(labels.get(x, x) + " (log scale)")
-    ax.set_ylabel(f"accuracy (reward >= {SOLVED_AT})")
-    ax.set_title(title or f"accuracy vs {labels.get(x, x)}: seed mean, band = {band} over seeds", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def write_outputs(rows: Sequence[dict], out_dir: str | os.PathLike, config: ScalingConfig | None = None,
-                  band: Literal["minmax", "std"] = "minmax") -> dict[str, Path]:
-    """results.csv, summary.json, accuracy_vs_tokens.png and accuracy_vs_flops.png in `out_dir`."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": write_csv(rows, out / "results.csv"), "summary": out / "summary.json"}
-    paths["summary"].write_text(json.dumps(summarize(rows, config), indent=1, default=str) + "\n")
-    paths["tokens_png"] = plot_curves(rows, out / "accuracy_vs_tokens.png", "generated_tokens_per_problem", band)
-    paths["flops_png"] = plot_curves(rows, out / "accuracy_vs_flops.png", "flops_per_problem", band)
-    return paths
 
 
 def load_inputs(config: ScalingConfig):
@@ -495,9 +353,10 @@ def load_inputs(config: ScalingConfig):
 
 
 def run(config: ScalingConfig, out_dir: str | os.PathLike | None = None, inputs=None,
-        band: Literal["minmax", "std"] = "minmax") -> list[dict]:
+        band: Literal["interval", "minmax", "std"] = "interval") -> list[dict]:
     """Everything `scripts/scaling.py` does: load the task slice and the policy, run, write the outputs
-    (when `out_dir` is given; `band` is the plots' band over seeds). `inputs`: `load_inputs(config)`."""
+    (when `out_dir` is given; `band`: the plots' band, see `planner.scaling_report.plot_curves`).
+    `inputs`: `load_inputs(config)`."""
     from planner.policy import load_policy
 
     model, task, problems = inputs or load_inputs(config)

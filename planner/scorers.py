@@ -1,10 +1,13 @@
 """Scorers: the values that guide search. One contract for all of them:
 
-    scorer.score(prefixes, *, prompt_len=None, finished=None) -> list[float] in [0, 1]
+    scorer.score(prefixes, *, prompt_len=None, finished=None, affordable=None) -> list[float] in [0, 1]
 
 `prefixes` are token-id lists (prompt ids + partial response ids). `prompt_len` says where the
 response starts (needed by scorers that read the response's text); `finished[i]` says whether
-prefix i is a complete response. Every scorer keeps `stats` (a `ComputeStats`: `calls`, and the
+prefix i is a complete response. `affordable(spend) -> bool` is what the search's budget has left
+(`ComputeMeter.affords`): a scorer whose cost it can choose (Monte-Carlo rollouts) sizes its work to
+fit, and `least_spend` is the least any scorer needs, which a strategy reserves when it sizes a
+round (see `planner/budget.py`). Every scorer keeps `stats` (a `ComputeStats`: `calls`, and the
 tokens it scored in `prompt_tokens`) and `num_parameters` for FLOP estimates (0 for scorers that
 run no model of their own). `is_oracle` marks scorers that read the reference answer: training
 only, and `planner.solve` refuses them unless `allow_oracle=True`.
@@ -25,27 +28,13 @@ from typing import Literal
 
 import numpy as np
 
+from planner.answers import Equivalent, Extract, default_extract, default_verify, same_answer
+from planner.budget import Spend, largest
 from planner.policy.types import ComputeStats, SamplingParams
+from planner.scheduler import SearchView
 
 __all__ = ["Scorer", "ModelScorer", "OutcomeScorer", "MonteCarloScorer", "VerifierOracleScorer",
-           "AGGREGATIONS", "aggregate", "default_extract", "default_verify"]
-
-Extract = Callable[[str], "str | None"]
-Equivalent = Callable[[str, str], bool]
-
-
-def default_extract(text: str) -> str | None:
-    """`verifiers.math.extract_answer`, imported on first use."""
-    from verifiers.math import extract_answer
-
-    return extract_answer(text)
-
-
-def default_verify(gold: str, pred: str) -> bool:
-    """`verifiers.math.verify(gold, pred)`, imported on first use."""
-    from verifiers.math import verify
-
-    return bool(verify(gold, pred))
+           "AGGREGATIONS", "aggregate"]
 
 
 # ---- step-score aggregation ---------------------------------------------------------------------
@@ -79,13 +68,15 @@ class Scorer(ABC):
         self.stats = ComputeStats()
 
     def score(self, prefixes: Sequence[Sequence[int]], *, prompt_len: int | None = None,
-              finished: Sequence[bool] | None = None) -> list[float]:
+              finished: Sequence[bool] | None = None,
+              affordable: Callable[[Spend], bool] | None = None) -> list[float]:
         prefixes = [list(map(int, p)) for p in prefixes]
         finished = [False] * len(prefixes) if finished is None else [bool(f) for f in finished]
         if len(finished) != len(prefixes):
             raise ValueError(f"finished has {len(finished)} entries for {len(prefixes)} prefixes")
         if not prefixes:
             return []
+        self._fit(prefixes, prompt_len, finished, affordable)
         start = time.perf_counter()
         values = [float(v) for v in self._score(prefixes, prompt_len, finished)]
         self.stats.seconds += time.perf_counter() - start
@@ -100,14 +91,31 @@ class Scorer(ABC):
     def _score(self, prefixes: list[list[int]], prompt_len: int | None, finished: list[bool]) -> list[float]:
         """One value per prefix."""
 
+    def least_spend(self, lengths: Sequence[int], finished: Sequence[bool | None],
+                    prompt: Sequence[int]) -> Spend:
+        """The least this scorer spends on prefixes of these lengths (finished[i]: None when not yet
+        known) in a search whose prompt is `prompt`. Here: one forward pass over every prefix."""
+        return Spend(scorer_tokens=sum(lengths))
+
+    def _fit(self, prefixes: list[list[int]], prompt_len: int | None, finished: list[bool],
+             affordable: Callable[[Spend], bool] | None) -> None:
+        """Size this call's work to `affordable` (here: refuse a call the budget cannot pay for)."""
+        if affordable is None:
+            return
+        least = self.least_spend([len(p) for p in prefixes], finished, prefixes[0][:prompt_len or 0])
+        if not affordable(least):
+            raise ValueError(f"{type(self).__name__} cannot score {len(prefixes)} prefixes within what the budget "
+                             f"has left (it needs at least {least}): size the round with "
+                             "planner.strategies.fitting.fit_round, which reserves the scoring")
+
     def reset(self, seed: int) -> None:
         """Called at the start of each search: reseed and drop per-problem caches (default: nothing)."""
 
     def for_search(self, policy) -> "Scorer":
         """This scorer for one of several searches that run interleaved over a shared engine
-        (`planner.solve.solve_batch`, the trainer): a shallow copy with its own `stats` (and, once
-        `reset`, its own per-search state), so that each search's compute counts only its own
-        scoring. `policy` is that search's view of the engine (see `MonteCarloScorer.for_search`)."""
+        (`planner.scheduler.run_interleaved`: `solve_batch`, the learner): a shallow copy with its own
+        `stats` (and, once `reset`, its own per-search state), so that each search's compute counts only
+        its own scoring. `policy` is that search's `SearchView` (see `MonteCarloScorer.for_search`)."""
         twin = copy.copy(self)
         twin.stats = ComputeStats()
         return twin
@@ -215,6 +223,10 @@ class MonteCarloScorer(Scorer):
     scored by its own answer, against the reference, or else by the fraction of `rollouts` samples
     from the prompt that agree with it (drawn once per prompt per search). All rollouts of one call
     are sampled in one `policy.generate`; they count in the policy's stats, so `num_parameters = 0`.
+
+    Under a budget (`score(..., affordable=...)`) a call that cannot afford `rollouts` samples of
+    `max_tokens` each uses fewer rollouts per prefix, then (with one) shorter ones; the least is one
+    1-token rollout per prefix. Prompt rollouts drawn smaller than the full size are not kept for reuse.
     """
 
     def __init__(self, policy, *, rollouts: int = 4, max_tokens: int = 256, temperature: float = 1.0,
@@ -223,9 +235,8 @@ class MonteCarloScorer(Scorer):
         super().__init__()
         self.policy, self.reference = policy, reference
         self.params = SamplingParams(n=rollouts, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        self._call_params = self.params  # this call's rollouts (see `_fit`)
         self.extract = extract or default_extract
-        from planner.strategies.voting import same_answer  # here: planner.strategies imports this module
-
         self.equivalent = equivalent or (default_verify if reference is not None else same_answer)
         self.is_oracle = reference is not None
         self.reset(seed)
@@ -234,7 +245,7 @@ class MonteCarloScorer(Scorer):
         """Also roll out through the search's view of the engine when it serves this scorer's policy:
         the rollouts then join the merged engine calls and count in that search's generated tokens."""
         twin = super().for_search(policy)
-        if getattr(policy, "shared_policy", None) is self.policy:
+        if isinstance(policy, SearchView) and policy.shared_policy is self.policy:
             twin.policy = policy
         return twin
 
@@ -242,23 +253,65 @@ class MonteCarloScorer(Scorer):
         self._rng = np.random.default_rng(seed)
         self._prompt_answers: dict[tuple[int, ...], list[str | None]] = {}
 
-    def _score(self, prefixes, prompt_len, finished):
-        unfinished = [p for p, done in zip(prefixes, finished) if not done]
-        prompt_pools = []  # prompts whose own rollouts judge finished responses (no reference)
+    def least_spend(self, lengths, finished, prompt):
+        """Worst case of one 1-token rollout per prefix that may be unfinished, plus one from the prompt
+        when a finished prefix may need the prompt's rollouts (not drawn yet, no reference)."""
+        unsure = [length for length, done in zip(lengths, finished) if done is not True]
+        pool = (self.reference is None and any(done is not False for done in finished)
+                and tuple(prompt) not in self._prompt_answers)
+        extra = pool and any(done is True for done in finished)  # otherwise a pool replaces an unsure rollout
+        return super().least_spend(lengths, finished, prompt) + Spend(
+            generated_tokens=len(unsure) + extra, prompt_tokens=sum(unsure) + (len(prompt) if pool else 0))
+
+    def _pools(self, prefixes, prompt_len, finished) -> list[list[int]]:
+        """Prompts whose own rollouts judge finished responses (no reference), not drawn yet."""
         if self.reference is None and any(finished):
             if prompt_len is None:
                 raise ValueError("MonteCarloScorer needs prompt_len to score finished responses without a reference")
-            prompt_pools = list({tuple(p[:prompt_len]): p[:prompt_len] for p, done in zip(prefixes, finished)
-                                 if done and tuple(p[:prompt_len]) not in self._prompt_answers}.values())
+            return list({tuple(p[:prompt_len]): p[:prompt_len] for p, done in zip(prefixes, finished)
+                         if done and tuple(p[:prompt_len]) not in self._prompt_answers}.values())
+        return []
+
+    def _fit(self, prefixes, prompt_len, finished, affordable):
+        """The most rollouts (then the longest) per prefix that `affordable` allows, for this call."""
+        unfinished = [len(p) for p, done in zip(prefixes, finished) if not done]
+        pools = self._pools(prefixes, prompt_len, finished)
+        prompts, computed = len(unfinished) + len(pools), sum(unfinished) + sum(map(len, pools))
+        scored = sum(len(p) for p in prefixes)
+
+        def fits(rollouts: int, max_tokens: int) -> bool:
+            return affordable(Spend(generated_tokens=prompts * rollouts * max_tokens, prompt_tokens=computed,
+                                    scorer_tokens=scored))
+
+        full = self._call_params = self.params
+        if affordable is None or not prompts or fits(full.n, full.max_tokens):
+            return
+        rollouts = largest(1, full.n, lambda r: fits(r, full.max_tokens))
+        if rollouts is not None:
+            self._call_params = full.replace(n=rollouts)
+            return
+        shorter = largest(1, full.max_tokens, lambda t: fits(1, t))
+        if shorter is None:
+            raise ValueError(f"MonteCarloScorer cannot score {len(prefixes)} prefixes within what the budget has "
+                             "left: not even one 1-token rollout per prefix fits; size the round with "
+                             "planner.strategies.fitting.fit_round, which reserves the scoring")
+        self._call_params = full.replace(n=1, max_tokens=shorter)
+
+    def _score(self, prefixes, prompt_len, finished):
+        unfinished = [p for p, done in zip(prefixes, finished) if not done]
+        prompt_pools = self._pools(prefixes, prompt_len, finished)
         answers_of: list[list[str | None]] = []
+        pools: dict[tuple[int, ...], list[str | None]] = {}
         if unfinished or prompt_pools:
-            params = self.params.replace(seed=int(self._rng.integers(2**31 - 1)))
+            params = self._call_params.replace(seed=int(self._rng.integers(2**31 - 1)))
             groups = self.policy.generate(unfinished + prompt_pools, params)
             for prefix, group in zip(unfinished, groups):
                 head = self.policy.decode(_response(prefix, prompt_len))
                 answers_of.append([self.extract(head + s.text) for s in group])
             for prompt, group in zip(prompt_pools, groups[len(unfinished):]):
-                self._prompt_answers[tuple(prompt)] = [self.extract(s.text) for s in group]
+                pools[tuple(prompt)] = [self.extract(s.text) for s in group]
+            if self._call_params == self.params:  # only full-size prompt rollouts are kept for the search
+                self._prompt_answers.update(pools)
         values, k = [], 0
         for prefix, done in zip(prefixes, finished):
             if done:
@@ -266,7 +319,8 @@ class MonteCarloScorer(Scorer):
                 if self.reference is not None:
                     values.append(float(answer is not None and self.equivalent(self.reference, answer)))
                 else:
-                    pool = self._prompt_answers[tuple(prefix[:prompt_len])]
+                    key = tuple(prefix[:prompt_len])
+                    pool = pools[key] if key in pools else self._prompt_answers[key]
                     values.append(_agreement(answer, pool, self.equivalent))
             else:
                 answers = answers_of[k]

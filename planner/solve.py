@@ -10,20 +10,18 @@ ones go to the strategy's config dataclass (see `planner.strategies.CONFIGS`). W
 answer needed), rolling out to the end of the response.
 
 `solve_batch(problems, policy, ...)` searches many problems together and merges their generate
-calls, so the engine sees one large batch per round instead of one problem's worth.
+calls (`planner.scheduler.run_interleaved`), so the engine sees one large batch per round instead
+of one problem's worth.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from planner.budget import Budget, ComputeRecord, as_budget
-from planner.policy.types import ComputeStats, SamplingParams
+from planner.scheduler import run_interleaved
 from planner.scorers import MonteCarloScorer, Scorer
 from planner.strategies import NEEDS_SCORER, STRATEGIES, make_config
 from planner.tree import SearchTree
@@ -103,8 +101,8 @@ def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scor
     their generate calls are merged into one engine call per sampling shape (same n, max_tokens,
     stop, ...), so a beam or MCTS round over 8 problems is one call with 8 times the prompts.
     Each search still sees only its own samples and its own compute (`Solution.compute`): prompt
-    and generated tokens exactly, prompt-cache hits shared out in proportion to prompt tokens, and
-    the merged call's seconds. Results are deterministic but differ from solving the problems one
+    and generated tokens exactly, prompt-cache hits shared out in proportion to prompt tokens
+    (`planner.scheduler.SearchView`). Results are deterministic but differ from solving the problems one
     by one (a merged call draws from one seed derived from the searches' seeds). A `scorer` passed
     in is copied per search (`Scorer.for_search`): each copy counts only its own search's scoring,
     and a Monte-Carlo scorer over `policy` rolls out through the search's view of the engine, so its
@@ -124,120 +122,3 @@ def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scor
 def _solve_on(view, *, problem, strategy, scorer, budget, seed, options) -> Solution:
     scorer = scorer.for_search(view) if scorer is not None else None
     return solve(problem, view, strategy, scorer, budget, seed=seed, **options)
-
-
-class _PolicyView:
-    """One search's handle on a shared policy: its own `stats`; `generate` waits for the merged call."""
-
-    def __init__(self, engine: "_MergedCalls", index: int) -> None:
-        self._engine, self._index = engine, index
-        self.shared_policy = engine.policy
-        """The engine this view serves from (`Scorer.for_search` rebinds rollout scorers to the view)."""
-        self.stats = ComputeStats()
-
-    def __getattr__(self, name):  # everything else (tokenizer, decode, num_parameters, ...) is the policy's
-        return getattr(self._engine.policy, name)
-
-    def generate(self, prompt_token_ids, params: SamplingParams):
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be a planner.SamplingParams; got {type(params).__name__}")
-        prompts = self._engine.policy._check_prompts(prompt_token_ids)  # bad input fails in its own search
-        return self._engine.wait_for(self._index, prompts, params)
-
-
-class _MergedCalls:
-    """Runs jobs in threads one at a time (cooperatively: a job runs until it asks for samples or
-    ends) and answers all pending requests with one generate call per sampling shape, in job order.
-    The schedule depends on nothing but the jobs, so the outcome is deterministic."""
-
-    def __init__(self, policy, count: int) -> None:
-        self.policy = policy
-        self.go = [threading.Event() for _ in range(count)]
-        self.back = threading.Event()
-        self.requests: list[tuple[list[list[int]], SamplingParams] | None] = [None] * count
-        self.replies: list = [None] * count
-
-    def wait_for(self, index: int, prompts, params):
-        self.requests[index] = (prompts, params)
-        self.back.set()
-        self.go[index].wait()
-        self.go[index].clear()
-        reply, self.replies[index] = self.replies[index], None
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-    def answer(self, waiting: list[int], views: list[_PolicyView]) -> None:
-        shapes: dict[SamplingParams, list[int]] = {}
-        for i in waiting:
-            shapes.setdefault(self.requests[i][1].replace(seed=None), []).append(i)
-        for shape, members in shapes.items():
-            seeds = [self.requests[i][1].seed for i in members]
-            seed = (None if any(s is None for s in seeds)
-                    else int(np.random.SeedSequence(seeds).generate_state(1)[0]) % (2**31 - 1))
-            prompts = [p for i in members for p in self.requests[i][0]]
-            before = self.policy.stats.copy()
-            try:
-                groups = self.policy.generate(prompts, shape.replace(seed=seed))
-            except Exception as error:  # noqa: BLE001 - every search in the call gets the error
-                for i in members:
-                    self.replies[i] = error
-                continue
-            spent = self.policy.stats - before
-            start, shared_cached = 0, 0
-            for k, i in enumerate(members):
-                own = self.requests[i][0]
-                mine = groups[start:start + len(own)]
-                start += len(own)
-                own_tokens = sum(len(p) for p in own)
-                cached = (spent.cached_prompt_tokens - shared_cached if k == len(members) - 1 else
-                          spent.cached_prompt_tokens * own_tokens // max(1, spent.prompt_tokens))
-                shared_cached += cached
-                views[i].stats += ComputeStats(
-                    prompt_tokens=own_tokens, cached_prompt_tokens=cached, calls=1, seconds=spent.seconds,
-                    generated_tokens=sum(len(s.token_ids) for g in mine for s in g))
-                self.replies[i] = mine
-        for i in waiting:
-            self.requests[i] = None
-
-
-def run_interleaved(jobs: Sequence[Callable], policy) -> list:
-    """Run `job(policy_view)` for each job, merging their generate calls; results in job order.
-
-    The first error any job raised is raised once all jobs have ended.
-    """
-    engine = _MergedCalls(policy, len(jobs))
-    views = [_PolicyView(engine, i) for i in range(len(jobs))]
-    results: list = [None] * len(jobs)
-    errors: list[BaseException | None] = [None] * len(jobs)
-    done = [False] * len(jobs)
-
-    def work(i: int) -> None:
-        engine.go[i].wait()
-        engine.go[i].clear()
-        try:
-            results[i] = jobs[i](views[i])
-        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
-            errors[i] = error
-        finally:
-            done[i] = True
-            engine.back.set()
-
-    threads = [threading.Thread(target=work, args=(i,), daemon=True, name=f"solve-{i}") for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    live = list(range(len(jobs)))
-    while live:
-        for i in live:  # one at a time, in order: each runs until it asks for samples or ends
-            engine.go[i].set()
-            engine.back.wait()
-            engine.back.clear()
-        live = [i for i in live if not done[i]]
-        if live:
-            engine.answer(live, views)
-    for t in threads:
-        t.join()
-    for error in errors:
-        if error is not None:
-            raise error
-    return results

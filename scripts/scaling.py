@@ -1,13 +1,14 @@
-"""Compute-scaling curves: accuracy against generated tokens and FLOPs per strategy, budget and seed.
+"""Compute-scaling curves: accuracy against generated tokens and FLOPs per strategy, size and seed.
 
     python scripts/scaling.py --model smollm2 --backend vllm --task gsm8k --limit 50 \
-        --strategies best_of_n budget_forcing --budget best_of_n=1,2,4,8,16 \
-        --budget budget_forcing=32,64,128,256 --seeds 0 1 --max_tokens 256 --out runs/scaling
+        --strategies best_of_n budget_forcing --size best_of_n=1,2,4,8,16 \
+        --size budget_forcing=32,64,128,256 --seeds 0 1 --max_tokens 256 --out runs/scaling
 
-Writes results.csv (one row per strategy x budget x seed), summary.json, accuracy_vs_tokens.png and
+Writes results.csv (one row per strategy x size x seed), problems.csv (one row per problem of each),
+summary.json (seed means with 95% bootstrap intervals over problems), accuracy_vs_tokens.png and
 accuracy_vs_flops.png into --out. Everything here can be done from Python with `planner.scaling.run`
-(Snell et al. 2024's compute-optimal scaling curves); see that module for what "budget" means per
-strategy and how best-of-N is sub-sampled from one pass at the largest N.
+(Snell et al. 2024's compute-optimal scaling curves); see that module for what a strategy's "size"
+is and how best-of-N is sub-sampled from one pass at the largest N.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-def _budget_epilog() -> str:
-    from planner.scaling import BUDGET_KNOBS, DEFAULT_BUDGETS
+def _size_epilog() -> str:
+    from planner.scaling import DEFAULT_SIZES
+    from planner.scaling_report import SIZE_KNOBS
 
-    lines = ["budget of each strategy (its size knob) and its default budgets:"]
-    lines += [f"  {name}: {knob}, default {','.join(map(str, DEFAULT_BUDGETS[name]))}"
-              for name, knob in BUDGET_KNOBS.items()]
-    lines.append("  (budget_forcing also sets min_thinking_tokens = round(forcing_min_fraction * budget))")
+    lines = ["size of each strategy (its size knob) and its default sizes:"]
+    lines += [f"  {name}: {knob}, default {','.join(map(str, DEFAULT_SIZES[name]))}"
+              for name, knob in SIZE_KNOBS.items()]
+    lines.append("  (budget_forcing also sets min_thinking_tokens = round(forcing_min_fraction * size))")
     from scripts.solve import strategy_options_help  # the one listing of strategy options, shared with solve.py
 
     return "\n".join(lines) + "\n\n" + strategy_options_help().replace("--set NAME=VALUE", "--set STRATEGY.NAME=VALUE")
@@ -38,34 +40,36 @@ def build_parser() -> argparse.ArgumentParser:
     from planner.scaling import ScalingConfig
     from rl.cli import add_dataclass_arguments
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_budget_epilog(),
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_size_epilog(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="output folder for results.csv, summary.json and the PNGs")
-    parser.add_argument("--budgets", type=int, nargs="+", metavar="B",
-                        help="budgets for every strategy that has no --budget of its own")
-    parser.add_argument("--budget", action="append", default=[], metavar="STRATEGY=B1,B2,...",
-                        help="budgets of one strategy, e.g. best_of_n=1,2,4,8,16 (repeatable)")
+    parser.add_argument("--out", required=True,
+                        help="output folder for results.csv, problems.csv, summary.json and the PNGs")
+    parser.add_argument("--sizes", type=int, nargs="+", metavar="S",
+                        help="sizes for every strategy that has no --size of its own")
+    parser.add_argument("--size", action="append", default=[], metavar="STRATEGY=S1,S2,...",
+                        help="sizes of one strategy, e.g. best_of_n=1,2,4,8,16 (repeatable)")
     parser.add_argument("--set", action="append", default=[], metavar="STRATEGY.NAME=VALUE",
                         help="a strategy config option, e.g. beam.beam_width=2; VALUE is a Python literal or a string")
-    parser.add_argument("--band", choices=["minmax", "std"], default="minmax",
-                        help="band around the seed mean in the plots: min-max or +-std (default: minmax)")
+    parser.add_argument("--band", choices=["interval", "minmax", "std"], default="interval",
+                        help="band around the seed mean in the plots: the 95%% bootstrap interval over problems, "
+                             "min-max or +-std over seeds (default: interval)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_dataclass_arguments(parser, ScalingConfig, skip=("budgets", "options", "progress"))
+    add_dataclass_arguments(parser, ScalingConfig, skip=("sizes", "options", "progress"))
     return parser
 
 
-def _budgets(args, parser, strategies: list[str]) -> dict[str, list[int]]:
-    budgets = {name: list(args.budgets) for name in strategies} if args.budgets else {}
-    for item in args.budget:
+def _sizes(args, parser, strategies: list[str]) -> dict[str, list[int]]:
+    sizes = {name: list(args.sizes) for name in strategies} if args.sizes else {}
+    for item in args.size:
         name, sep, text = item.partition("=")
         try:
             values = [int(v) for v in text.split(",") if v.strip()]
         except ValueError:
             values = []
         if not sep or not values:
-            parser.error(f"--budget expects STRATEGY=B1,B2,... with integer budgets; got {item!r}")
-        budgets[name] = values
-    return budgets
+            parser.error(f"--size expects STRATEGY=S1,S2,... with integer sizes; got {item!r}")
+        sizes[name] = values
+    return sizes
 
 
 def _options(pairs: list[str], parser) -> dict[str, dict]:
@@ -87,24 +91,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
 
-    from planner.scaling import ScalingConfig, curve, load_inputs, run
+    from planner.scaling import ScalingConfig, load_inputs, run
+    from planner.scaling_report import curve
     from rl.cli import dataclass_from_args
 
     strategies = getattr(args, "strategies", ScalingConfig().strategies)
     try:
-        config = dataclass_from_args(ScalingConfig, args, budgets=_budgets(args, parser, strategies),
+        config = dataclass_from_args(ScalingConfig, args, sizes=_sizes(args, parser, strategies),
                                      options=_options(args.set, parser), progress=not args.quiet)
         inputs = load_inputs(config)
     except (ValueError, FileNotFoundError, TypeError) as error:
         parser.error(str(error))
     rows = run(config, args.out, inputs=inputs, band=args.band)
 
-    print(f"{'strategy':>16} {'budget':>7} {'accuracy':>9} {'tokens/problem':>15} {'FLOPs/problem':>14}")
+    print(f"{'strategy':>16} {'size':>7} {'accuracy':>9} {'95% interval':>14} {'tokens/problem':>15} "
+          f"{'FLOPs/problem':>14}")
     for strategy in config.strategies:
         for p in curve(rows, strategy):
-            print(f"{strategy:>16} {p['budget']:>7} {p['accuracy_mean']:>9.3f} "
+            interval = f"{p['accuracy_low']:.3f}-{p['accuracy_high']:.3f}"
+            print(f"{strategy:>16} {p['size']:>7} {p['accuracy_mean']:>9.3f} {interval:>14} "
                   f"{p['generated_tokens_per_problem_mean']:>15.1f} {p['flops_per_problem_mean']:>14.3g}")
-    print(f"wrote {Path(args.out) / 'results.csv'}, summary.json and the PNGs")
+    print(f"wrote {Path(args.out) / 'results.csv'}, problems.csv, summary.json and the PNGs")
     return 0
 
 

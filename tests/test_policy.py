@@ -123,3 +123,47 @@ def test_compute_stats_arithmetic():
     assert (a + b).to_dict() == {"prompt_tokens": 13, "cached_prompt_tokens": 4, "generated_tokens": 9,
                                  "calls": 2, "seconds": 0.75}
     assert (a - b).generated_tokens == 5 and a.cache_hit_fraction == 0.4
+
+
+def test_threads_apply_inside_the_backends_own_calls_only(tiny_model_dir):
+    """HFPolicy(threads=k) runs its forward passes with k torch threads and leaves the process's
+    setting (and its environment) as it found them: at construction, after generating, after a push."""
+    import os
+
+    environ, threads = dict(os.environ), torch.get_num_threads()
+    own = threads + 1
+    other = load_policy(tiny_model_dir, backend="hf", threads=own)
+    assert torch.get_num_threads() == threads
+    seen = []
+    forward = other.model.forward
+    other.model.forward = lambda *args, **kwargs: (seen.append(torch.get_num_threads()), forward(*args, **kwargs))[1]
+    other.generate(prompts_for(other, 2), SamplingParams(n=2, max_tokens=6, seed=0))
+    assert seen and set(seen) == {own}
+    assert torch.get_num_threads() == threads
+    other.load_weights(other.model.state_dict())
+    assert torch.get_num_threads() == threads and dict(os.environ) == environ
+    with pytest.raises(ValueError, match="threads must be an integer >= 1 or None; got 0"):
+        load_policy(tiny_model_dir, backend="hf", threads=0)
+
+
+def test_scoped_settings_are_restored(monkeypatch):
+    import os
+
+    from planner.policy.scoped import environment, torch_threads
+
+    monkeypatch.setenv("TREERL_KEPT", "before")
+    monkeypatch.delenv("TREERL_NEW", raising=False)
+    with environment({"TREERL_KEPT": "inside", "TREERL_NEW": "inside"}):
+        assert os.environ["TREERL_KEPT"] == os.environ["TREERL_NEW"] == "inside"
+        os.environ["TREERL_OTHER"] = "set by the block"
+    assert os.environ["TREERL_KEPT"] == "before" and "TREERL_NEW" not in os.environ
+    assert os.environ.pop("TREERL_OTHER") == "set by the block"  # only the named ones are restored
+    environ = dict(os.environ)
+    with environment({"TREERL_NEW": "inside"}, restore_all=True):
+        os.environ["TREERL_OTHER"] = "set by the block"
+        os.environ["TREERL_KEPT"] = "changed by the block"
+    assert dict(os.environ) == environ  # restore_all: everything the block set is undone
+    threads = torch.get_num_threads()
+    with torch_threads(threads + 1):
+        assert torch.get_num_threads() == threads + 1
+    assert torch.get_num_threads() == threads

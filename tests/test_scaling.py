@@ -8,10 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from planner.scaling import (CSV_COLUMNS, ScalingConfig, best_of_n_rows, curve, read_csv, run_scaling, summarize,
-                             tokens_to_reach, write_outputs)
+from planner.scaling import ScalingConfig, best_of_n_rows, run_scaling
+from planner.scaling_report import (PROBLEM_COLUMNS, RESULT_COLUMNS, bootstrap_interval, compute_to_reach, curve,
+                                    read_csv, read_results, summarize, write_outputs)
 from planner.solve import solve
 from planner.strategies.common import choose_answer
 from verifiers.tasks import Problem
@@ -48,9 +50,14 @@ def test_best_of_n_rows_subsample_one_pass_by_hand(scripted_policy):
     policy = scripted_policy(SCRIPT_TABLE)
     problems = [Problem("p", "P", "3", "toy"), Problem("q", "Q", "5", "toy")]
     rows = best_of_n_rows(problems, policy, grade, [8, 1, 3], seed=0, chat=False, extract=last_char)
-    assert [r["budget"] for r in rows] == [1, 3, 8]
+    assert [r["size"] for r in rows] == [1, 3, 8]
     assert [r["accuracy"] for r in rows] == [0.5, 0.5, 1.0]
     assert [r["generated_tokens"] for r in rows] == [5, 17, 38]
+    # per problem: P wrong at n=1, right at 3 and 8; Q right, wrong, right; tokens as worked out above
+    assert [[(o["problem"], o["solved"], o["generated_tokens"]) for o in r["outcomes"]] for r in rows] == [
+        [(0, 0, 3), (1, 1, 2)], [(0, 1, 9), (1, 0, 8)], [(0, 1, 20), (1, 1, 18)]]
+    assert all(o["flops"] == 2 * policy.num_parameters * (1 + o["generated_tokens"]) for r in rows
+               for o in r["outcomes"])
     assert policy.stats.calls == 2 and policy.stats.generated_tokens == 38  # one pass of N = 8 per problem
     for row in rows:  # the prompt is counted once per problem at every n, and one call each
         assert (row["prompt_tokens"], row["policy_calls"], row["problems"]) == (2, 2, 2)
@@ -80,9 +87,9 @@ def test_best_of_n_subsample_matches_the_stored_samples(tiny_model_dir):
 
     policy = load_policy(tiny_model_dir, backend="hf", threads=1)
     problems = [Problem(f"t{i}", q, ref, "toy") for i, (q, ref) in enumerate([("ab", "a"), ("cd", "e")])]
-    budgets, seed = [1, 2, 4], 3
-    rows = best_of_n_rows(problems, policy, grade, budgets, seed, extract=last_char, max_tokens=12)
-    assert policy.stats.calls == len(problems)  # one sampling pass, not one per budget
+    sizes, seed = [1, 2, 4], 3
+    rows = best_of_n_rows(problems, policy, grade, sizes, seed, extract=last_char, max_tokens=12)
+    assert policy.stats.calls == len(problems)  # one sampling pass, not one per size
     assert policy.stats.generated_tokens == rows[-1]["generated_tokens"]
     # the stored samples: the same search again (same seeds) gives the same tree
     config = {"n": 4, "max_tokens": 12, "extract": last_char}
@@ -90,7 +97,7 @@ def test_best_of_n_subsample_matches_the_stored_samples(tiny_model_dir):
     from planner.strategies import make_config
 
     settings = make_config("best_of_n", **config)
-    for row, n in zip(rows, budgets):
+    for row, n in zip(rows, sizes):
         tokens = sum(len(t[leaf].token_ids) for t in trees for leaf in t[0].children[:n])
         solved = [grade(t.response_text(choose_answer(t, t[0].children[:n], "majority", None, settings)[0]), p)
                   for t, p in zip(trees, problems)]
@@ -110,7 +117,7 @@ def test_batched_run_merges_the_problems_calls(tiny_model_dir):
     assert rows[-1]["generated_tokens"] == policy.stats.generated_tokens
     assert rows[-1]["prompt_tokens"] == policy.stats.prompt_tokens and rows[-1]["policy_calls"] == 3
     assert rows[0]["wall_seconds"] == pytest.approx(rows[-1]["wall_seconds"] / 4)
-    config = ScalingConfig(model=str(tiny_model_dir), strategies=["budget_forcing"], budgets={"budget_forcing": [4]},
+    config = ScalingConfig(model=str(tiny_model_dir), strategies=["budget_forcing"], sizes={"budget_forcing": [4]},
                            seeds=[0], max_tokens=4, batched=True, progress=False)
     before = policy.stats.calls
     (row,) = run_scaling(config, policy, problems, grade, extract=last_char)
@@ -124,7 +131,7 @@ def test_run_writes_csv_pngs_and_a_summary_of_means(tiny_model_dir, tmp_path):
     policy = load_policy(tiny_model_dir, backend="hf", threads=1)
     problems = [Problem(f"t{i}", q, ref, "toy") for i, (q, ref) in enumerate([("ab", "a"), ("cd", "e"), ("x", "1")])]
     config = ScalingConfig(model=str(tiny_model_dir), strategies=["best_of_n", "budget_forcing", "beam"],
-                           budgets={"best_of_n": [1, 2, 4], "budget_forcing": [4, 8], "beam": [2]}, seeds=[0, 1],
+                           sizes={"best_of_n": [1, 2, 4], "budget_forcing": [4, 8], "beam": [2]}, seeds=[0, 1],
                            max_tokens=8, options={"budget_forcing": {"max_answer_tokens": 4},
                                                   "beam": {"max_steps": 2, "max_step_tokens": 4}}, progress=False)
     rows = run_scaling(config, policy, problems, grade, extract=last_char)
@@ -132,20 +139,31 @@ def test_run_writes_csv_pngs_and_a_summary_of_means(tiny_model_dir, tmp_path):
 
     with open(paths["csv"], newline="") as f:
         table = list(csv.DictReader(f))
-    assert tuple(table[0]) == CSV_COLUMNS
-    assert len(table) == (3 + 2 + 1) * 2  # strategies x budgets x seeds
-    assert {(r["strategy"], int(r["budget"]), int(r["seed"])) for r in table} == {
-        (s, b, seed) for s, bs in config.budgets.items() for b in bs for seed in (0, 1)}
+    assert tuple(table[0]) == RESULT_COLUMNS
+    assert len(table) == (3 + 2 + 1) * 2  # strategies x sizes x seeds
+    assert {(r["strategy"], int(r["size"]), int(r["seed"])) for r in table} == {
+        (s, b, seed) for s, bs in config.sizes.items() for b in bs for seed in (0, 1)}
+    problems_table = read_csv(paths["problems_csv"])
+    assert tuple(problems_table[0]) == PROBLEM_COLUMNS and len(problems_table) == len(table) * 3
+    for row in read_csv(paths["csv"]):  # each row's totals are the sums over its problems
+        mine = [o for o in problems_table if (o["strategy"], o["size"], o["seed"]) ==
+                (row["strategy"], row["size"], row["seed"])]
+        assert sorted(o["problem"] for o in mine) == [0, 1, 2]
+        assert row["accuracy"] == pytest.approx(sum(o["solved"] for o in mine) / 3)
+        assert row["generated_tokens"] == sum(o["generated_tokens"] for o in mine)
+        assert row["flops"] == pytest.approx(sum(o["flops"] for o in mine))
     assert all(int(r["problems"]) == 3 for r in table)
     for name in ("accuracy_vs_tokens.png", "accuracy_vs_flops.png"):
         data = (tmp_path / "out" / name).read_bytes()
         assert len(data) > 1000 and data.startswith(PNG_MAGIC)
 
     summary = json.loads(paths["summary"].read_text())
-    parsed = read_csv(paths["csv"])
+    parsed = read_results(tmp_path / "out")
     for strategy, points in summary["curves"].items():
+        assert curve(parsed, strategy) == [{**p, "x_mean": p["generated_tokens_per_problem_mean"]} for p in points]
         for point in points:
-            group = [r for r in parsed if r["strategy"] == strategy and r["budget"] == point["budget"]]
+            assert point["accuracy_low"] <= point["accuracy_mean"] <= point["accuracy_high"]
+            group = [r for r in parsed if r["strategy"] == strategy and r["size"] == point["size"]]
             assert len(group) == 2
             assert point["accuracy_mean"] == pytest.approx(sum(r["accuracy"] for r in group) / 2)
             assert point["generated_tokens_per_problem_mean"] == pytest.approx(
@@ -153,14 +171,19 @@ def test_run_writes_csv_pngs_and_a_summary_of_means(tiny_model_dir, tmp_path):
             assert point["flops_per_problem_mean"] == pytest.approx(sum(r["flops_per_problem"] for r in group) / 2)
     best = max(p["accuracy_mean"] for p in summary["curves"]["best_of_n"])
     assert summary["best_of_n_best_accuracy"] == best
-    assert summary["tokens_to_reach_best_of_n_best"]["best_of_n"] == tokens_to_reach(parsed, "best_of_n", best)
-    assert summary["config"]["budgets"] == config.budgets
+    assert summary["tokens_to_reach_best_of_n_best"]["best_of_n"] == compute_to_reach(parsed, "best_of_n", best)
+    assert summary["flops_to_reach_best_of_n_best"]["best_of_n"] == compute_to_reach(parsed, "best_of_n", best,
+                                                                                      "flops_per_problem")
+    assert summary["config"]["sizes"] == config.sizes
 
 
-# ---- tokens_to_reach on a hand-made table ---------------------------------------------------------------------
-def _rows(strategy, points):
-    return [{"strategy": strategy, "budget": b, "seed": s, "accuracy": a, "generated_tokens_per_problem": t,
-             "flops_per_problem": 2.0 * t, "wall_seconds": 1.0} for b, s, a, t in points]
+# ---- compute to reach an accuracy, and accuracy intervals, on hand-made tables ----------------------------------
+def _rows(strategy, points, problems=10):
+    """Rows of (size, seed, accuracy, tokens per problem); the first round(accuracy x problems) problems solved."""
+    return [{"strategy": strategy, "size": b, "seed": s, "problems": problems, "accuracy": a,
+             "generated_tokens_per_problem": t, "flops_per_problem": 2.0 * t, "wall_seconds": 1.0,
+             "outcomes": [{"problem": i, "solved": int(i < round(a * problems))} for i in range(problems)]}
+            for b, s, a, t in points]
 
 
 HAND = (_rows("bon", [(1, 0, 0.1, 90), (1, 1, 0.3, 110),      # mean 0.2 at 100 tokens
@@ -169,39 +192,69 @@ HAND = (_rows("bon", [(1, 0, 0.1, 90), (1, 1, 0.3, 110),      # mean 0.2 at 100 
         + _rows("bf", [(64, 0, 0.0, 70), (64, 1, 0.0, 70), (128, 0, 0.1, 140), (128, 1, 0.1, 140)]))
 
 
-def test_tokens_to_reach_on_a_hand_made_table():
-    assert tokens_to_reach(HAND, "bon", 0.2) == pytest.approx(100.0)  # the smallest budget already reaches it
-    assert tokens_to_reach(HAND, "bon", 0.1) == pytest.approx(100.0)
+def test_compute_to_reach_on_a_hand_made_table():
+    assert compute_to_reach(HAND, "bon", 0.2) == pytest.approx(100.0)  # the smallest size already reaches it
+    assert compute_to_reach(HAND, "bon", 0.1) == pytest.approx(100.0)
     # 0.4 is halfway from 0.2 (100 tokens) to 0.6 (400 tokens): log-linear -> sqrt(100 * 400) = 200
-    assert tokens_to_reach(HAND, "bon", 0.4) == pytest.approx(200.0)
-    assert tokens_to_reach(HAND, "bon", 0.6) == pytest.approx(400.0)  # the first budget that reaches it
-    assert tokens_to_reach(HAND, "bon", 0.61) is None
-    assert tokens_to_reach(HAND, "bf", 0.2) is None
-    assert tokens_to_reach(HAND, "missing", 0.1) is None
+    assert compute_to_reach(HAND, "bon", 0.4) == pytest.approx(200.0)
+    assert compute_to_reach(HAND, "bon", 0.4, "flops_per_problem") == pytest.approx(400.0)  # FLOPs = 2 x tokens
+    assert compute_to_reach(HAND, "bon", 0.6) == pytest.approx(400.0)  # the first size that reaches it
+    assert compute_to_reach(HAND, "bon", 0.61) is None
+    assert compute_to_reach(HAND, "bf", 0.2) is None
+    assert compute_to_reach(HAND, "missing", 0.1) is None
     points = curve(HAND, "bon")
-    assert [(p["budget"], p["accuracy_mean"], p["accuracy_min"], p["accuracy_max"]) for p in points] == [
+    assert [(p["size"], p["accuracy_mean"], p["accuracy_min"], p["accuracy_max"]) for p in points] == [
         (1, pytest.approx(0.2), 0.1, 0.3), (4, 0.6, 0.6, 0.6), (8, pytest.approx(0.6), 0.5, 0.7)]
     assert "best_of_n_best_accuracy" not in summarize(HAND)  # no best-of-N curve to compare against
     renamed = [{**r, "strategy": "best_of_n" if r["strategy"] == "bon" else r["strategy"]} for r in HAND]
     summary = summarize(renamed)
     assert summary["best_of_n_best_accuracy"] == pytest.approx(0.6)
     assert summary["tokens_to_reach_best_of_n_best"] == {"best_of_n": pytest.approx(400.0), "bf": None}
+    assert summary["flops_to_reach_best_of_n_best"] == {"best_of_n": pytest.approx(800.0), "bf": None}
+
+
+def test_accuracy_intervals_by_hand_and_by_plain_numpy():
+    # every problem solved under every seed: every resample has accuracy 1 -> [1, 1]; none solved -> [0, 0]
+    assert bootstrap_interval(np.ones((2, 5))) == (1.0, 1.0)
+    assert bootstrap_interval(np.zeros((3, 4))) == (0.0, 0.0)
+    # one problem solved under one of two seeds: every resample is that problem at rate 1/2 -> [.5, .5]
+    assert bootstrap_interval(np.array([[1], [0]])) == (0.5, 0.5)
+    # 2 seeds x 4 problems: solved rates over seeds per problem (1, 0, .5, 1), seed mean .625. The
+    # interval, recomputed here with plain numpy: 2000 resamples of 4 indices drawn by default_rng(0),
+    # each resample's mean rate, and the 2.5th and 97.5th percentiles of those means
+    solved = np.array([[1, 0, 1, 1],
+                       [1, 0, 0, 1]])
+    rates = np.array([1.0, 0.0, 0.5, 1.0])
+    means = rates[np.random.default_rng(0).integers(0, 4, size=(2000, 4))].mean(axis=1)
+    expected = tuple(np.percentile(means, [2.5, 97.5]))
+    assert bootstrap_interval(solved) == pytest.approx(expected)
+    # a resample's mean is a multiple of 1/8 in [0, 1]; with 4 problems the interval is wide
+    assert expected[0] <= 0.25 and expected[1] == 1.0
+    rows = [{"strategy": "s", "size": 1, "seed": seed, "problems": 4, "accuracy": row.mean(),
+             "generated_tokens_per_problem": 1.0, "flops_per_problem": 1.0, "wall_seconds": 0.0,
+             "outcomes": [{"problem": i, "solved": int(v)} for i, v in enumerate(row)][::-1]}  # any order
+            for seed, row in enumerate(solved)]
+    (point,) = curve(rows, "s")
+    assert (point["accuracy_mean"], point["accuracy_low"], point["accuracy_high"]) == (
+        0.625, pytest.approx(expected[0]), pytest.approx(expected[1]))
+    with pytest.raises(ValueError, match="rows without per-problem outcomes"):
+        curve([{k: v for k, v in r.items() if k != "outcomes"} for r in rows], "s")
 
 
 def test_config_rejects_bad_values_with_the_allowed_ones():
     with pytest.raises(ValueError, match="strategies must be a non-empty list of .*'best_of_n'.*got \\['bogus'\\]"):
         ScalingConfig(strategies=["bogus"])
-    with pytest.raises(ValueError, match="budgets given for strategies not run: \\['beam'\\]"):
-        ScalingConfig(budgets={"beam": [2]})
-    with pytest.raises(ValueError, match="budgets for best_of_n must be integers >= 1; got \\[0, 2\\]"):
-        ScalingConfig(budgets={"best_of_n": [0, 2]})
+    with pytest.raises(ValueError, match="sizes given for strategies not run: \\['beam'\\]"):
+        ScalingConfig(sizes={"beam": [2]})
+    with pytest.raises(ValueError, match="sizes for best_of_n must be integers >= 1; got \\[0, 2\\]"):
+        ScalingConfig(sizes={"best_of_n": [0, 2]})
     with pytest.raises(ValueError, match="BestOfNConfig has no option\\(s\\) \\['nope'\\]"):
         ScalingConfig(options={"best_of_n": {"nope": 1}})
     with pytest.raises(ValueError, match="BeamConfig.num_beams must be a multiple of beam_width=4; got 6"):
-        ScalingConfig(strategies=["beam"], budgets={"beam": [4, 6, 8]}, options={"beam": {"beam_width": 4}})
+        ScalingConfig(strategies=["beam"], sizes={"beam": [4, 6, 8]}, options={"beam": {"beam_width": 4}})
     with pytest.raises(ValueError, match="needs a scorer"):
         ScalingConfig(final="best")
-    beam = ScalingConfig(strategies=["beam"], budgets={"beam": [2, 6, 8]})
+    beam = ScalingConfig(strategies=["beam"], sizes={"beam": [2, 6, 8]})
     assert [beam.strategy_config("beam", b)["beam_width"] for b in (2, 6, 8)] == [2, 2, 4]
     forcing = ScalingConfig(strategies=["budget_forcing"], forcing_min_fraction=0.25)
     assert forcing.strategy_config("budget_forcing", 128)["min_thinking_tokens"] == 32
@@ -218,9 +271,9 @@ def test_cli_help_lists_every_option():
     assert result.returncode == 0, result.stderr
     from dataclasses import fields
 
-    skipped = {"budgets", "options", "progress"}
+    skipped = {"sizes", "options", "progress"}
     for name in [f.name for f in fields(ScalingConfig) if f.name not in skipped] + [
-            "out", "budgets", "budget", "set", "band", "quiet"]:
+            "out", "sizes", "size", "set", "band", "quiet"]:
         assert f"--{name} " in result.stdout or f"--{name}\n" in result.stdout, name
     assert "best_of_n: n, default 1,2,4,8,16" in result.stdout
 
@@ -250,10 +303,11 @@ def test_cli_smoke_run_on_a_task_file(tiny_model_dir, tmp_path, capsys):
     data.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
     assert _script().main(["--model", str(tiny_model_dir), "--task", "gsm8k", "--path", str(data), "--offset", "1",
-                           "--budget", "best_of_n=1,2", "--seeds", "0", "3", "--max_tokens", "4", "--band", "std",
+                           "--size", "best_of_n=1,2", "--seeds", "0", "3", "--max_tokens", "4", "--band", "std",
                            "--quiet", "--out", str(out)]) == 0
     rows = read_csv(out / "results.csv")
-    assert [(r["budget"], r["seed"], r["problems"]) for r in rows] == [(1, 0, 1), (2, 0, 1), (1, 3, 1), (2, 3, 1)]
+    assert [(r["size"], r["seed"], r["problems"]) for r in rows] == [(1, 0, 1), (2, 0, 1), (1, 3, 1), (2, 3, 1)]
+    assert len(read_csv(out / "problems.csv")) == 4
     assert json.loads((out / "summary.json").read_text())["config"]["offset"] == 1
     assert (out / "accuracy_vs_flops.png").read_bytes().startswith(PNG_MAGIC)
     assert "best_of_n       2" in capsys.readouterr().out
@@ -261,7 +315,7 @@ def test_cli_smoke_run_on_a_task_file(tiny_model_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--path", "{tmp}/gone.jsonl"], "does not exist"),
-    (["--budget", "best_of_n=1,x"], "--budget expects STRATEGY=B1,B2,... with integer budgets; got 'best_of_n=1,x'"),
+    (["--size", "best_of_n=1,x"], "--size expects STRATEGY=S1,S2,... with integer sizes; got 'best_of_n=1,x'"),
     (["--set", "n=4"], "--set expects STRATEGY.NAME=VALUE; got 'n=4'"),
     (["--set", "best_of_n.bogus=1"], "BestOfNConfig has no option(s) ['bogus']"),
     (["--limit", "2", "--offset", "5000"], "no problems left with offset=5000, limit=2 (the task has 1319)"),

@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 
+from planner.budget import Spend
 from planner.scorers import (AGGREGATIONS, ModelScorer, MonteCarloScorer, OutcomeScorer, VerifierOracleScorer,
                              aggregate)
 
@@ -84,6 +85,38 @@ def test_monte_carlo_majority_agreement(scripted_policy):
     assert not scorer.is_oracle and scorer.num_parameters == 0
 
 
+def test_monte_carlo_rollouts_fit_what_the_budget_has_left(scripted_policy):
+    policy = scripted_policy(ROLLOUTS)
+    scorer = MonteCarloScorer(policy, rollouts=4, max_tokens=8, extract=last_number)
+    q = policy.encode("Q")
+    unfinished, finished = q + policy.encode("a"), q + policy.encode("b=1")
+
+    def at_most(tokens):
+        return lambda spend: spend.generated_tokens <= tokens
+
+    # 4 rollouts x 8 tokens = 32 > 16; 2 x 8 fit: "a" rolls out to a=1, a=1 -> agreement 2/2
+    assert scorer.score([unfinished], prompt_len=1, affordable=at_most(16)) == [1.0]
+    assert policy.stats.generated_tokens == 3 + 3  # "=1" + EOS, twice
+    # not even 1 x 8 fits in 5: one rollout of at most 5 tokens: a=2 (3 ids) agrees with itself
+    assert scorer.score([unfinished], prompt_len=1, affordable=at_most(5)) == [1.0]
+    assert policy.stats.generated_tokens == 6 + 3
+    # a finished response is judged by rollouts from the prompt: in 2 tokens, one rollout "1" + EOS
+    assert scorer.score([finished], prompt_len=1, finished=[True], affordable=at_most(2)) == [1.0]
+    # that small pool was not kept: without a budget the full pool is drawn (3, 1, 1, 1: 3 of 4 agree)
+    calls = policy.stats.calls
+    assert scorer.score([finished], prompt_len=1, finished=[True]) == [0.75] and policy.stats.calls == calls + 1
+    with pytest.raises(ValueError, match="not even one 1-token rollout per prefix fits"):
+        scorer.score([unfinished, unfinished], prompt_len=1, affordable=at_most(1))
+    # the least spend a strategy reserves: one 1-token rollout per prefix that may be unfinished (its
+    # prefix is the rollout's prompt), and one from the prompt for finished ones while the search holds
+    # no pool of the prompt's rollouts yet
+    fresh = MonteCarloScorer(policy, rollouts=4, max_tokens=8, extract=last_number)
+    assert fresh.least_spend([5, 7], [None, None], q) == Spend(generated_tokens=2, prompt_tokens=5 + 7 + 1,
+                                                             scorer_tokens=12)
+    assert fresh.least_spend([5], [True], q) == Spend(generated_tokens=1, prompt_tokens=1, scorer_tokens=5)
+    assert scorer.least_spend([5], [True], q) == Spend(scorer_tokens=5)  # it holds the full pool now
+
+
 def test_monte_carlo_with_reference_is_an_oracle(scripted_policy):
     policy = scripted_policy(ROLLOUTS)
     scorer = MonteCarloScorer(policy, rollouts=4, extract=last_number, reference="2",
@@ -109,3 +142,29 @@ def test_scorer_output_is_checked():
 
     with pytest.raises(ValueError, match=r"must return one value in \[0, 1\] per prefix; got \[1.5\]"):
         Broken(lambda t: 0.0, str).score([[1]])
+
+
+def test_answers_is_a_leaf_module_and_voting_is_gone():
+    """Answer extraction and the vote rules live in planner.answers, which imports nothing from planner,
+    so strategies and scorers both import it at module level: no import of a planner module is left
+    inside a function of scorers.py or the strategies (the old lazy import that dodged a cycle)."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    import planner
+
+    root = Path(planner.__file__).parent
+
+    def imported(node) -> list[str]:
+        if isinstance(node, ast.ImportFrom):
+            return [node.module or ""]
+        return [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+
+    answers = ast.parse((root / "answers.py").read_text())
+    assert not [m for n in ast.walk(answers) for m in imported(n) if m.startswith("planner")]
+    for path in [root / "scorers.py", *sorted((root / "strategies").glob("*.py"))]:
+        for func in [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)]:
+            inner = [m for n in ast.walk(func) for m in imported(n) if m.startswith("planner")]
+            assert not inner, (path.name, func.name, inner)
+    assert importlib.util.find_spec("planner.strategies.voting") is None

@@ -101,6 +101,62 @@ def test_dvts_greedy_subtrees_match_hand_computation(scripted_policy, table_scor
     assert STRATEGIES["dvts"] is dvts
 
 
+# DVTS early termination and reset, N=4, M=2 (two subtrees), prune_below=.5, max_resets=1:
+RESET_TABLE = {
+    "Q": [("a\n\n", -1.0, "step"), ("b\n\n", -1.0, "step"), ("c\n\n", -1.0, "step"), ("d\n\n", -1.0, "step")],
+    "Qb\n\n": [("e\n\n", -1.0, "step"), ("f\n\n", -1.0, "step")],
+    "Qc\n\n": [("g", -1.0, "stop"), ("h\n\n", -1.0, "step")],
+    "Qb\n\nf\n\n": [("i", -1.0, "stop"), ("j", -1.0, "stop")],
+}
+RESET_SCORES = {"a\n\n": .2, "b\n\n": .9, "c\n\n": .6, "d\n\n": .4, "b\n\ne\n\n": .3, "b\n\nf\n\n": .45,
+                "c\n\ng": .65, "c\n\nh\n\n": .2, "b\n\nf\n\ni": .7, "b\n\nf\n\nj": .1}
+
+
+def test_dvts_prunes_a_low_subtree_and_restarts_it_from_its_best_visited_node(scripted_policy, table_scorer):
+    from planner.strategies.dvts import DVTSConfig, dvts
+
+    policy = scripted_policy(RESET_TABLE)
+    config = DVTSConfig(num_beams=4, beam_width=2, max_steps=5, extract=last_char, final="weighted",
+                        prune_below=0.5, max_resets=1)
+    result = dvts(policy.encode("Q"), policy, table_scorer(RESET_SCORES, policy), None, config, seed=0)
+    tree = result.tree
+    # round 1: the root samples a .2, b .9 (subtree 1 -> b) and c .6, d .4 (subtree 2 -> c); both >= .5
+    # round 2: b -> e .3, f .45 -> f, below .5: f is pruned and subtree 1 restarts from the best visited,
+    #   unpruned, unfinished node of its own subtree {a .2, b, e .3}: b, with visit-mean
+    #   (.9 + .3 + .45) / 3 = .55 (the one reset allowed). c -> g (EOS) .65, h .2 -> g: subtree 2 is done
+    # round 3: b again (the script cycles): e .3, f .45 -> the new f is below .5 and no reset is left:
+    #   subtree 1 ends there, pruned
+    # vote: only unpruned final nodes take part: g (.65) -> "g". Without pruning, round 3 would have
+    # gone on from f (i .7 vs g .65 -> "i").
+    b = tree[ROOT].children[1]
+    assert tree.meta["resets"] == [b]
+    assert [policy.decode(p)[1:] for p in policy.seen_prompts] == ["", "b\n\n", "c\n\n", "b\n\n"]
+    assert sorted(tree.response_text(i) for i in range(len(tree)) if tree[i].pruned) == ["b\n\nf\n\n"] * 2
+    assert (tree[b].visits, tree[b].value_sum) == (5, pytest.approx(.9 + 2 * (.3 + .45)))
+    assert (result.answer, result.text) == ("g", "c\n\ng")
+    assert tree[ROOT].visits == 4 + 4 + 2
+
+
 def test_beam_golden_tree(scripted_policy, table_scorer, check_golden):
+    """The golden file is what the code wrote; the expectations before it are derived by hand from the
+    module docstring's example, so the file cannot silently hold a wrong tree."""
     result, _ = run(scripted_policy, table_scorer, aggregation="last")
-    check_golden(result.tree, "beam.json")
+    tree = result.tree
+    # nodes in creation order: the root; round 1 a b c d (1-4); round 2 expands the kept beams in rank
+    # order b, d: e f (5, 6), g h (7, 8); round 3 expands f, h: i j (9, 10), k l (11, 12) -> 13 nodes
+    assert [tree.response_text(i) for i in range(len(tree))] == [
+        "", "a\n\n", "b\n\n", "c\n\n", "d\n\n", "b\n\ne", "b\n\nf\n\n", "d\n\ng", "d\n\nh\n\n",
+        "b\n\nf\n\ni", "b\n\nf\n\nj", "d\n\nh\n\nk", "d\n\nh\n\nl"]
+    assert [tree[i].parent for i in range(len(tree))] == [-1, 0, 0, 0, 0, 2, 2, 4, 4, 6, 6, 8, 8]
+    # finished: the steps that ended with EOS (e, g and all four of round 3): 6 >= N = 4 stops the search
+    assert [i for i in range(len(tree)) if tree[i].terminal] == [5, 7, 9, 10, 11, 12]
+    # every scored node is backed up once, into itself and its ancestors:
+    #   a .2, c .1 (one visit each); b: .9 + e .4 + f .8 + i .6 + j .1 = 2.8 over 5; f: .8 + .6 + .1 = 1.5 over 3
+    #   d: .5 + g .95 + h .3 + k .2 + l .7 = 2.65 over 5; h: .3 + .2 + .7 = 1.2 over 3
+    #   root: all 12 scored nodes, 1.7 (round 1) + 2.45 (round 2) + 1.6 (round 3) = 5.75
+    assert [(tree[i].visits, round(tree[i].value_sum, 6)) for i in range(9)] == [
+        (12, 5.75), (1, 0.2), (5, 2.8), (1, 0.1), (5, 2.65), (1, 0.4), (3, 1.5), (1, 0.95), (3, 1.2)]
+    assert all(tree[i].visits == 1 and tree[i].value_sum == tree[i].score for i in range(9, 13))
+    # "best" by the last step's score among the finished: e .4, g .95, i .6, j .1, k .2, l .7 -> g (node 7)
+    assert (result.leaf, result.answer, result.text, tree.meta["chosen"]) == (7, "g", "d\n\ng", 7)
+    check_golden(tree, "beam.json")

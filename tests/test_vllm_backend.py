@@ -107,7 +107,16 @@ def test_prefix_cache_hits_are_counted(tiny_pair):
 
 
 def test_weight_sync_matches_transformers_without_restart(tiny_model_dir):
-    vl = load_policy(tiny_model_dir, backend="vllm", seed=0, kv_cache_gib=0.25, max_model_len=512)
+    """Also: the engine's settings (VLLM_ALLOW_INSECURE_SERIALIZATION, OMP_NUM_THREADS for its OpenMP
+    pool) reach the engine process and the weight push, but this process's environment and torch
+    threads are as before after building the engine, generating and pushing weights. (Importing vllm
+    sets a few variables of its own, e.g. TORCHINDUCTOR_CACHE_DIR, and LD_LIBRARY_PATH through cv2: that
+    is the library's import, done here first, not the backend's doing.)"""
+    from vllm import LLM  # noqa: F401
+
+    environ, threads = dict(os.environ), torch.get_num_threads()
+    vl = load_policy(tiny_model_dir, backend="vllm", seed=0, kv_cache_gib=0.25, max_model_len=512, threads=1)
+    assert dict(os.environ) == environ and torch.get_num_threads() == threads
     hf = load_policy(tiny_model_dir, backend="hf", seed=0)
     prompts = prompts_for(hf, 8)
     vl.generate(prompts, GREEDY_32)  # fill the prefix cache with KV of the old weights
@@ -121,6 +130,7 @@ def test_weight_sync_matches_transformers_without_restart(tiny_model_dir):
         agree, gap = parity(hf, vl, prompts)
         assert agree == len(prompts) and gap <= 1e-3, (mode, agree, gap)
     assert engine_pids() == pids  # same engine processes: not restarted
+    assert dict(os.environ) == environ and torch.get_num_threads() == threads
     vl.close()
 
 

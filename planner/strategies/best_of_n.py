@@ -1,9 +1,10 @@
 """Best-of-N: sample N complete responses, then pick one.
 
-Pick rules (see `voting.py`): majority vote over extracted answers (self-consistency, Wang et al.
+Pick rules (see `planner/answers.py`): majority vote over extracted answers (self-consistency, Wang et al.
 2022), reward-weighted vote (search-and-learn), or the single best score (Cobbe et al. 2021, with a
-verifier / ORM as the scorer). Samples are drawn in batches of `batch_size`; the budget is checked
-before each batch, so it is overshot by at most one batch (`batch_size * max_tokens` tokens).
+verifier / ORM as the scorer). Samples are drawn in batches of `batch_size`; under a budget each
+batch is sized to what is left, together with the scoring of every response so far, which runs
+once at the end (see `planner/budget.py`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Literal
 
 from planner.strategies.common import (SearchConfig, SearchResult, check_choice, check_int, choose_answer,
                                        evaluate, expand, finish_search, start_search)
+from planner.strategies.fitting import fit_round
 from planner.tree import ROOT
 
 __all__ = ["BestOfNConfig", "best_of_n"]
@@ -47,14 +49,17 @@ def best_of_n(prompt_ids, policy, scorer, budget, config: BestOfNConfig, seed: i
     tree, meter, seeds = start_search(prompt_ids, policy, scorer, budget, config, seed, "best_of_n")
     batch = config.batch_size or config.n
     leaves: list[int] = []
-    while len(leaves) < config.n and not meter.exhausted():
+    while len(leaves) < config.n:
         params = config.sampling(n=min(batch, config.n - len(leaves)), max_tokens=config.max_tokens)
-        new = expand(tree, [ROOT], policy, params, seeds.next())[0]
+        fitted = fit_round(meter, tree, [ROOT], params, scorer, finished=True, pending=leaves)
+        if fitted is None:
+            break
+        new = expand(tree, [ROOT], policy, fitted[1], seeds.next())[0]
         for leaf in new:
             tree[leaf].terminal = True  # a whole response: it ended with EOS or at max_tokens
         leaves += new
     weights = None
     if scorer is not None and leaves:
-        weights = evaluate(tree, leaves, scorer)
+        weights = evaluate(tree, leaves, scorer, meter=meter)
     leaf, answer = choose_answer(tree, leaves, config.final, weights, config)
     return finish_search(tree, meter, leaf, answer)

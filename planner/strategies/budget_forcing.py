@@ -12,8 +12,14 @@ included, the end-of-thinking string itself not).
 Each sample is a chain in the tree: sampled segments alternate with forced nodes (`forced=True`,
 log-probabilities 0.0, masked out of the learner's loss). Kept ids are always a prefix of what the
 engine sampled. All samples in the same phase with the same remaining allowance share one generate
-call; the budget is checked before each call. With n > 1 this is best-of-N with forcing: the
-answer is voted by `final`.
+call. With n > 1 this is best-of-N with forcing: the answer is voted by `final`.
+
+Under a compute budget (see `planner/budget.py`) each thinking call is sized so that every
+unfinished sample's answer (`max_answer_tokens`) and the final scoring still fit in what is left:
+the budget then acts as the thinking maximum. A thinking sample cut short by it is closed like one
+that reached `max_thinking_tokens`, and when no thinking call fits at all, every thinking sample is
+closed and answers (unless not even a 1-token answer fits). An answer call that does not fit even
+shrunk ends the search.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from planner.budget import Spend
 from planner.strategies.common import (SearchConfig, SearchResult, check_choice, check_int, choose_answer,
                                        evaluate, finish_search, start_search)
+from planner.strategies.fitting import fit_round, round_spend
 from planner.tree import ROOT, SearchTree
 
 __all__ = ["BudgetForcingConfig", "budget_forcing"]
@@ -102,15 +110,46 @@ def budget_forcing(prompt_ids, policy, scorer, budget, config: BudgetForcingConf
     wait_ids = policy.encode(config.wait_text)  # encoded once; appended as ids
     close_ids = policy.encode(config.end_of_thinking + config.answer_prefix)
     threads = [_Thread() for _ in range(config.n)]
-    while any(t.phase != "done" for t in threads) and not meter.exhausted():
+    growth = len(wait_ids) + len(close_ids)  # most forced ids a thread may still get before its answer
+
+    def promised(answers: bool) -> Spend:
+        """Later work a call must leave room for: the unfinished threads' answers (when `answers`) and
+        the final scoring of every thread's last node."""
+        final, promise = [], Spend()
+        for t in threads:
+            length = len(tree.prefix_ids(t.head))
+            if t.phase == "think":
+                length += config.max_thinking_tokens - t.thinking + growth
+            if t.phase != "done" and answers:
+                promise += Spend(generated_tokens=config.max_answer_tokens, prompt_tokens=length)
+            final.append(length + (config.max_answer_tokens if t.phase != "done" else 0))
+        if scorer is not None:
+            flags = [True if t.phase == "done" else None for t in threads]
+            promise += scorer.least_spend(final, flags, tree.prompt_ids)
+        return promise
+
+    while any(t.phase != "done" for t in threads):
         thinking = [t for t in threads if t.phase == "think"]
         if thinking:  # one call for the threads with the smallest remaining allowance
             remaining = min(config.max_thinking_tokens - t.thinking for t in thinking)
             batch = [t for t in thinking if config.max_thinking_tokens - t.thinking == remaining]
             params = config.sampling(n=1, max_tokens=remaining, stop=(config.end_of_thinking,))
+            fitted = fit_round(meter, tree, [t.head for t in batch], params, reserve=promised(answers=True))
+            if fitted is None:  # no thinking fits any more: every thinking thread answers now, if one can
+                first = len(tree.prefix_ids(thinking[0].head)) + len(close_ids)
+                if not meter.affords(round_spend([first], 1, 1) + promised(answers=False)):
+                    break
+                for thread in thinking:
+                    _append(tree, thread, close_ids, [0.0] * len(close_ids), policy, None, forced=True)
+                    thread.phase, thread.closed_by_force = "answer", True
+                continue
         else:
             batch = [t for t in threads if t.phase == "answer"]
             params = config.sampling(n=1, max_tokens=config.max_answer_tokens)
+            fitted = fit_round(meter, tree, [t.head for t in batch], params, reserve=promised(answers=False))
+            if fitted is None:
+                break
+        batch, params = batch[:len(fitted[0])], fitted[1]
         groups = policy.generate([tree.prefix_ids(t.head) for t in batch], params.replace(seed=seeds.next()))
         for thread, (sample,) in zip(batch, groups):
             if thread.phase == "answer":
@@ -140,6 +179,6 @@ def budget_forcing(prompt_ids, policy, scorer, budget, config: BudgetForcingConf
     tree.meta["forcing"] = [{"waits": t.waits, "thinking_tokens": t.thinking, "closed_by_force": t.closed_by_force,
                              "phase": t.phase, "nodes": t.segments} for t in threads]
     candidates = [t.head for t in threads if t.head != ROOT]
-    weights = evaluate(tree, candidates, scorer) if scorer is not None and candidates else None
+    weights = evaluate(tree, candidates, scorer, meter=meter) if scorer is not None and candidates else None
     leaf, answer = choose_answer(tree, candidates, config.final, weights, config)
     return finish_search(tree, meter, leaf, answer)

@@ -13,10 +13,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from planner.answers import default_extract, same_answer, vote
 from planner.budget import ComputeMeter, ComputeRecord
 from planner.policy.types import SamplingParams
-from planner.scorers import default_extract
-from planner.strategies.voting import same_answer, vote
 from planner.tree import NO_PARENT, ROOT, SearchTree
 
 __all__ = ["SearchConfig", "SearchResult", "Seeds", "expand", "complete", "evaluate", "backup", "choose_answer",
@@ -158,17 +157,18 @@ def complete(tree: SearchTree, nodes: Sequence[int], policy, params: SamplingPar
     return [group[0] for group in groups]
 
 
-def evaluate(tree: SearchTree, nodes: Sequence[int], scorer,
-             terminal_reward: Callable[[str], float] | None = None) -> list[float]:
+def evaluate(tree: SearchTree, nodes: Sequence[int], scorer, terminal_reward: Callable[[str], float] | None = None,
+             meter: ComputeMeter | None = None) -> list[float]:
     """Score nodes in one scorer call and store `node.score`; returns the values.
 
     With `terminal_reward` (training only), terminal nodes also get `node.reward` from it, and that
-    reward is their value.
+    reward is their value. With a `meter`, the scoring fits in what its budget has left.
     """
     if not nodes:
         return []
     values = scorer.score([tree.prefix_ids(n) for n in nodes], prompt_len=len(tree.prompt_ids),
-                          finished=[tree[n].terminal for n in nodes])
+                          finished=[tree[n].terminal for n in nodes],
+                          affordable=meter.affords if meter is not None else None)
     for n, v in zip(nodes, values):
         tree[n].score = v
     if terminal_reward is not None:

@@ -39,8 +39,12 @@ a finished tree). With `leaves_per_round = 1` this is plain sequential MCTS.
 
 Each selection counts as one simulation.
 The answer is the terminal node reached by following the most-visited child from the root
-("visits"), or the terminal node of highest Q ("value"). When the budget ends before the chosen
+("visits"), or the terminal node of highest Q ("value"). When the search ends before the chosen
 path finishes, its last node is completed with one sample to the end (counted in the compute).
+Under a budget (see `planner/budget.py`) each round is sized to what is left: fewer candidates per
+leaf, then fewer leaves (the first selected are kept; a selection whose leaf is dropped is not
+counted), then shorter steps; a round that cannot fit ends the search. The final completion gets
+at most what is left (none when nothing is: the answer is then read from the unfinished path).
 Early termination (`prune_below`): a new child whose value is below the threshold is pruned (and a
 node whose children are all pruned), and selection restarts from the best visited node.
 """
@@ -53,9 +57,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from planner.scorers import default_extract
+from planner.answers import default_extract
 from planner.strategies.common import (SearchResult, backup, check_choice, check_int, check_number, evaluate,
                                        complete, expand, finish_search, start_search)
+from planner.strategies.fitting import fit_round
 from planner.strategies.stepwise import StepConfig, best_visited_node
 from planner.tree import NO_PARENT, ROOT, SearchTree
 
@@ -169,26 +174,39 @@ def mcts(prompt_ids, policy, scorer, budget, config: MCTSConfig, seed: int) -> S
     start, simulations, order = ROOT, 0, []
     resets = tree.meta.setdefault("resets", [])
     most = config.num_simulations + config.leaves_per_round - 1  # the last round is filled too
-    while simulations < config.num_simulations and not meter.exhausted():
+    while simulations < config.num_simulations:
         pending: Counter = Counter()
         coming: Counter = Counter()  # children scheduled per node this round (virtual expansion)
-        to_expand = []
-        while len(to_expand) < config.leaves_per_round and simulations < most:
+        to_expand, selected = [], []  # selected: this round's selections, (leaf, expanded)
+        while len(to_expand) < config.leaves_per_round and simulations + len(selected) < most:
             leaf = select(tree, start, config, pending, coming)
-            simulations += 1
-            order.append(leaf)
             if tree[leaf].terminal:  # its value is known: back it up now and select again (see the docstring)
                 backup(tree, leaf, tree[leaf].reward if tree[leaf].reward is not None else tree[leaf].score)
+                selected.append((leaf, False))
                 continue
             pending.update(tree.path(leaf))
             to_expand.append(leaf)  # a leaf selected again this round asks for num_candidates more
+            selected.append((leaf, True))
             coming[leaf] += config.num_candidates
-        groups = expand(tree, to_expand, policy, config.step_sampling(config.num_candidates), seeds.next(),
-                        config.max_steps) if to_expand else []
+        params = config.step_sampling(config.num_candidates)
+        fitted = fit_round(meter, tree, to_expand, params, scorer) if to_expand else ([], params)
+        if fitted is not None:
+            to_expand, params = fitted
+        kept = len(to_expand) if fitted is not None else 0
+        for leaf, expanded in selected:  # a selection whose leaf the budget dropped did not happen
+            if expanded:
+                if not kept:
+                    continue
+                kept -= 1
+            order.append(leaf)
+        simulations = len(order)
+        if fitted is None:
+            break
+        groups = expand(tree, to_expand, policy, params, seeds.next(), config.max_steps) if to_expand else []
         for parent in dict.fromkeys(to_expand):
             set_priors(tree, parent, config.prior_temperature)
         new = [c for group in groups for c in group]
-        values = evaluate(tree, new, scorer, config.terminal_reward)
+        values = evaluate(tree, new, scorer, config.terminal_reward, meter)
         for node, value in zip(new, values):
             backup(tree, node, value)
         if config.prune_below is not None:
@@ -202,9 +220,11 @@ def mcts(prompt_ids, policy, scorer, budget, config: MCTSConfig, seed: int) -> S
                 start = ROOT
     tree.meta["selection_order"] = order
     leaf = final_node(tree, config.final)
-    if leaf != ROOT and not tree[leaf].terminal:  # the budget ended before any response finished here
+    if leaf != ROOT and not tree[leaf].terminal:  # the search ended before any response finished here
         remaining = config.max_step_tokens * max(1, config.max_steps - tree[leaf].depth)
-        leaf = complete(tree, [leaf], policy, config.sampling(1, remaining), seeds.next())[0]
+        fitted = fit_round(meter, tree, [leaf], config.sampling(1, remaining))
+        if fitted is not None:
+            leaf = complete(tree, [leaf], policy, fitted[1], seeds.next())[0]
     answer = (config.extract or default_extract)(tree.response_text(leaf)) if leaf != ROOT else None
     return finish_search(tree, meter, leaf, answer)
 

@@ -8,6 +8,7 @@ visited node (the highest visit-mean value among unpruned, unfinished nodes).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from planner.scorers import AGGREGATIONS, aggregate
@@ -55,12 +56,14 @@ def path_value(tree: SearchTree, node: int, how: str) -> float:
     return aggregate([tree[i].score for i in tree.path(node)[1:]], how)
 
 
-def best_visited_node(tree: SearchTree, exclude: set[int] = frozenset()) -> int:
+def best_visited_node(tree: SearchTree, among: Iterable[int] | None = None) -> int:
     """The unpruned, unfinished visited node with the highest visit-mean value (ties: shallower,
-    then earlier); the root when there is none. Where early termination restarts the search."""
+    then earlier), among the nodes `among` (default: all); the root when there is none. Where early
+    termination restarts the search."""
     best, key = ROOT, None
-    for i, node in enumerate(tree.nodes):
-        if i in exclude or node.terminal or node.pruned or not node.visits or i == ROOT:
+    for i in sorted(set(among)) if among is not None else range(len(tree)):
+        node = tree[i]
+        if node.terminal or node.pruned or not node.visits or i == ROOT:
             continue
         candidate = (node.value, -node.depth, -i)
         if key is None or candidate > key:

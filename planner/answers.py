@@ -1,4 +1,12 @@
-"""Choosing the final answer among candidate responses: a registry of vote rules.
+"""Answers: extraction from a response's text, equivalence of two answers, and the vote rules that
+choose the final answer among candidate responses.
+
+A leaf module (it imports nothing from `planner`), shared by the strategies and the scorers.
+
+Extraction and verification default to the math verifier (`verifiers.math.extract_answer` and
+`verifiers.math.verify`); a task passes its own `extract` / `equivalent` where it has them.
+
+Vote rules (`VOTES`):
 
 - "majority": self-consistency (Wang et al. 2022): the answer given by most candidates.
 - "weighted": reward-weighted vote (search-and-learn; Li et al. 2023): the answer whose candidates'
@@ -14,10 +22,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["VOTES", "vote", "group_answers", "same_answer"]
+from verifiers.math import extract_answer, verify
+
+__all__ = ["Extract", "Equivalent", "default_extract", "default_verify", "same_answer", "VOTES", "vote",
+           "group_answers"]
+
+Extract = Callable[[str], "str | None"]
+"""Answer extraction: a response's text -> its answer, or None when it gives none."""
+Equivalent = Callable[[str, str], bool]
+"""Whether two extracted answers are the same answer."""
+
+
+def default_extract(text: str) -> str | None:
+    """The answer of a response's text: `verifiers.math.extract_answer`."""
+    return extract_answer(text)
+
+
+def default_verify(gold: str, pred: str) -> bool:
+    """Whether `pred` is the reference answer `gold`: `verifiers.math.verify(gold, pred)`."""
+    return bool(verify(gold, pred))
 
 
 def same_answer(a: str, b: str) -> bool:
+    """The default equivalence for voting: equal after stripping surrounding whitespace."""
     return a.strip() == b.strip()
 
 
