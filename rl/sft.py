@@ -360,18 +360,22 @@ steps (~4 min on an idle core). Training normally stops on the pass-rate target 
 
 def pass_rates(policy, problems: Sequence, reward_fn: Callable[[str, object], float], *, n: int = 1,
                temperature: float = 1.0, max_tokens: int = 64, seed: int = 0) -> dict[str, float]:
-    """Sample `n` responses per problem; return pass@1 (mean reward) and pass@n (share solved at least once).
+    """Sample `n` responses per problem; return pass@1 (mean reward) with its 95% interval
+    ("pass@1_low", "pass@1_high": percentile bootstrap over problems, `planner.scaling_report`) and
+    pass@n (share solved at least once).
 
     pass@1 averages over all n samples, the unbiased estimate (Chen et al. 2021) with lower variance
     than one sample per problem. `reward_fn(text, problem)` grades a response (a task's `reward`).
     """
     from planner.policy.types import SamplingParams
+    from planner.scaling_report import bootstrap_interval
 
     prompts = [policy.encode_prompt(p.question) for p in problems]
     groups = policy.generate(prompts, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens,
                                                      seed=seed))
-    rewards = [[reward_fn(s.text, p) for s in group] for p, group in zip(problems, groups)]
-    return {"pass@1": sum(map(sum, rewards)) / (n * len(problems)),
+    rewards = [[reward_fn(s.text, p) for s in group] for p, group in zip(problems, groups)]  # (problems, n)
+    low, high = bootstrap_interval([[row[k] for row in rewards] for k in range(n)])
+    return {"pass@1": sum(map(sum, rewards)) / (n * len(problems)), "pass@1_low": low, "pass@1_high": high,
             f"pass@{n}": sum(any(r > 0 for r in row) for row in rewards) / len(problems)}
 
 

@@ -25,7 +25,7 @@ import torch
 
 from planner.policy import SamplingParams, load_policy
 from planner.scorers import VerifierOracleScorer
-from planner.solve import run_interleaved
+from planner.scheduler import run_interleaved
 from planner.strategies import STRATEGIES, MCTSConfig
 from planner.strategies.common import complete
 from planner.tree import ROOT

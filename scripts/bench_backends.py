@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 WORKLOADS = {  # model -> (prompts, n, max_tokens), as the foundation issue sets them
     "tiny": (32, 8, 64),

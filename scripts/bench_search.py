@@ -40,8 +40,6 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.scorers import Scorer  # noqa: E402
 

@@ -18,9 +18,6 @@ import ast
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 
 def _size_epilog() -> str:
@@ -31,9 +28,9 @@ def _size_epilog() -> str:
     lines += [f"  {name}: {knob}, default {','.join(map(str, DEFAULT_SIZES[name]))}"
               for name, knob in SIZE_KNOBS.items()]
     lines.append("  (budget_forcing also sets min_thinking_tokens = round(forcing_min_fraction * size))")
-    from scripts.solve import strategy_options_help  # the one listing of strategy options, shared with solve.py
+    from planner.strategies import options_help
 
-    return "\n".join(lines) + "\n\n" + strategy_options_help().replace("--set NAME=VALUE", "--set STRATEGY.NAME=VALUE")
+    return "\n".join(lines) + "\n\n" + options_help("--set STRATEGY.NAME=VALUE")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--band", choices=["interval", "minmax", "std"], default="interval",
                         help="band around the seed mean in the plots: the 95%% bootstrap interval over problems, "
                              "min-max or +-std over seeds (default: interval)")
+    parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
+                                                               "bars too (default: warnings and errors only)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_dataclass_arguments(parser, ScalingConfig, skip=("sizes", "options", "progress"))
     return parser
@@ -90,6 +89,8 @@ def _options(pairs: list[str], parser) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from planner.logs import configure_logging
+    configure_logging(args.verbose)
 
     from planner.scaling import ScalingConfig, load_inputs, run
     from planner.scaling_report import curve

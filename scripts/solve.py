@@ -14,35 +14,14 @@ import argparse
 import ast
 import json
 import sys
-from dataclasses import MISSING, fields
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-
-def strategy_options_help() -> str:
-    """Every strategy and its config options (default and docstring), for --help."""
-    from planner.strategies import CONFIGS
-    from planner.strategies.common import field_docs
-
-    lines = ["strategies and their options (set with --set NAME=VALUE):"]
-    for name, cls in CONFIGS.items():
-        lines.append(f"\n  {name} ({cls.__name__}): {(cls.__doc__ or '').strip()}")
-        docs = field_docs(cls)
-        for f in fields(cls):
-            if f.name in ("extract", "equivalent", "terminal_reward"):
-                continue  # callables: set from the task's verifier, not the command line
-            default = f.default if f.default is not MISSING else None
-            lines.append(f"    {f.name}={default!r}: {docs.get(f.name, '')}")
-    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from planner.strategies import STRATEGIES
+    from planner.strategies import STRATEGIES, options_help
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=strategy_options_help(),
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=options_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="policy model: a Hugging Face save_pretrained folder")
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf", help="policy backend (default: hf)")
@@ -67,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-chat", action="store_true", help="do not wrap problems in the chat template")
     parser.add_argument("--system", help="system prompt for the chat template")
     parser.add_argument("--out", help="write JSONL here (default: print to stdout)")
+    parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
+                                                               "bars too (default: warnings and errors only)")
     parser.add_argument("--trees", help="save each search tree as JSON in this folder")
     return parser
 
@@ -87,6 +68,8 @@ def parse_options(pairs: list[str], parser: argparse.ArgumentParser) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from planner.logs import configure_logging
+    configure_logging(args.verbose)
     if not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model {args.model!r}: no model folder there (expected a config.json)")
     if args.scorer and not (Path(args.scorer) / "config.json").is_file():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.scaling import read_csv
+from planner.scaling_report import read_results
 from rl.metrics import read_metrics
 from rl.recipe import TINY, run_demo
 
@@ -25,31 +25,37 @@ def demo(tmp_path_factory):
 
 def test_every_artifact_exists(demo):
     out, summary = demo
-    for name in ("report.md", "summary.json", "accuracy_vs_tokens_before_after.png", "sft/config.json",
+    for name in ("report.md", "summary.json", "accuracy_vs_compute_before_after.png", "sft/config.json",
                  "rl/metrics.csv", "rl/checkpoint/policy/config.json", "rl/checkpoint/critic/config.json"):
         assert (out / name).is_file(), name
     for phase in ("before_rl", "after_rl"):
-        for name in ("results.csv", "accuracy_vs_tokens.png", "accuracy_vs_flops.png"):
+        for name in ("results.csv", "problems.csv", "accuracy_vs_tokens.png", "accuracy_vs_flops.png"):
             path = out / f"scaling_{phase}" / name
             assert path.is_file() and path.stat().st_size > 0, path
-    assert (out / "accuracy_vs_tokens_before_after.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "accuracy_vs_compute_before_after.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
 
 
 def test_report_numbers_equal_the_csvs(demo):
     out, summary = demo
     for phase in ("before_rl", "after_rl"):
-        rows = read_csv(out / f"scaling_{phase}" / "results.csv")
+        rows = read_results(out / f"scaling_{phase}")
         table = summary[f"scaling_{phase}"]
         assert {r["strategy"] for r in rows} == set(table) == {"best_of_n", "budget_forcing", "beam", "mcts"}
         for r in rows:  # one seed in TINY: the table holds the CSV's numbers exactly
-            cell = table[r["strategy"]][str(r["budget"])]
+            cell = table[r["strategy"]][str(r["size"])]
             assert cell["accuracy"] == pytest.approx(float(r["accuracy"]))
+            low, high = cell["accuracy_interval"]
+            assert low <= cell["accuracy"] <= high
             assert cell["tokens_per_problem"] == pytest.approx(float(r["generated_tokens_per_problem"]))
+            assert cell["flops_per_problem"] == pytest.approx(float(r["flops_per_problem"]))
     report = (out / "report.md").read_text()
-    assert f"| pass@1 | {summary['pass@1_before_rl']:.3f} | {summary['pass@1_after_rl']:.3f} |" in report
+    low, high = summary["pass@1_interval_before_rl"]
+    assert f"| pass@1 | {summary['pass@1_before_rl']:.3f} [{low:.3f}, {high:.3f}] |" in report
     bon = summary["scaling_before_rl"]["best_of_n"]["2"]
-    assert f"| best_of_n | 2 | {bon['accuracy']:.3f} | {bon['tokens_per_problem']:.0f} |" in report
+    low, high = bon["accuracy_interval"]
+    assert (f"| best_of_n | 2 | {bon['accuracy']:.3f} [{low:.3f}, {high:.3f}] | {bon['tokens_per_problem']:.0f} | "
+            f"{bon['flops_per_problem']:.2e} |") in report
     history = read_metrics(out / "rl")
     assert [m["reward_mean"] for m in history] == [m["reward_mean"] for m in summary["rl_history"]]
 

@@ -132,7 +132,9 @@ def test_pass_rates_count_samples_and_problems(scripted_policy):
     policy.table = {keys[0]: [(problems[0].meta["solution"], -0.1, "stop"), ("<think>\n</think>0", -0.1, "stop")],
                     keys[1]: [("<think>\n</think>0", -0.1, "stop")]}
     rates = pass_rates(policy, problems, reward, n=2, max_tokens=40)
-    assert rates == {"pass@1": 0.25, "pass@2": 0.5}
+    assert (rates["pass@1"], rates["pass@2"]) == (0.25, 0.5)
+    # per-problem rates 0.5 and 0: a bootstrap over two problems can draw both twice (0.5 or 0) or one of each
+    assert (rates["pass@1_low"], rates["pass@1_high"]) == (0.0, 0.5)
 
 
 def test_cold_start_smoke(tmp_path):

@@ -22,7 +22,7 @@ from planner.strategies.mcts import MCTSConfig, mcts
 
 __all__ = ["STRATEGIES", "CONFIGS", "NEEDS_SCORER", "Strategy", "SearchConfig", "SearchResult",
            "BestOfNConfig", "BeamConfig", "DVTSConfig", "MCTSConfig", "BudgetForcingConfig",
-           "best_of_n", "beam_search", "dvts", "mcts", "budget_forcing", "make_config"]
+           "best_of_n", "beam_search", "dvts", "mcts", "budget_forcing", "make_config", "options_help"]
 
 Strategy = Callable[..., SearchResult]
 """(prompt_ids, policy, scorer, budget, config, seed) -> SearchResult"""
@@ -45,6 +45,25 @@ CONFIGS: dict[str, type[SearchConfig]] = {
 
 NEEDS_SCORER = frozenset({"beam", "dvts", "mcts"})
 """Strategies that cannot run without values; `planner.solve` gives them the Monte-Carlo scorer."""
+
+
+def options_help(flag: str = "--set NAME=VALUE") -> str:
+    """Every strategy and its config options (default and docstring), for the scripts' --help. Callable
+    options (answer extraction, rewards) are set from the task's verifier, not the command line."""
+    from dataclasses import MISSING, fields as dataclass_fields
+
+    from planner.strategies.common import field_docs
+
+    lines = [f"strategies and their options (set with {flag}):"]
+    for name, cls in CONFIGS.items():
+        lines.append(f"\n  {name} ({cls.__name__}): {(cls.__doc__ or '').strip()}")
+        docs = field_docs(cls)
+        for f in dataclass_fields(cls):
+            if f.name in ("extract", "equivalent", "terminal_reward"):
+                continue
+            default = f.default if f.default is not MISSING else None
+            lines.append(f"    {f.name}={default!r}: {docs.get(f.name, '')}")
+    return "\n".join(lines)
 
 
 def make_config(strategy: str, **fields) -> SearchConfig:
