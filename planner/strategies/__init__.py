@@ -12,11 +12,13 @@ and `CONFIGS` the same name to its config dataclass (search-and-learn's registry
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import MISSING
+from dataclasses import fields as dataclass_fields
 
 from planner.strategies.beam import BeamConfig, beam_search
 from planner.strategies.best_of_n import BestOfNConfig, best_of_n
 from planner.strategies.budget_forcing import BudgetForcingConfig, budget_forcing
-from planner.strategies.common import SearchConfig, SearchResult
+from planner.strategies.common import SearchConfig, SearchResult, field_docs
 from planner.strategies.dvts import DVTSConfig, dvts
 from planner.strategies.mcts import MCTSConfig, mcts
 
@@ -50,10 +52,6 @@ NEEDS_SCORER = frozenset({"beam", "dvts", "mcts"})
 def options_help(flag: str = "--set NAME=VALUE") -> str:
     """Every strategy and its config options (default and docstring), for the scripts' --help. Callable
     options (answer extraction, rewards) are set from the task's verifier, not the command line."""
-    from dataclasses import MISSING, fields as dataclass_fields
-
-    from planner.strategies.common import field_docs
-
     lines = [f"strategies and their options (set with {flag}):"]
     for name, cls in CONFIGS.items():
         lines.append(f"\n  {name} ({cls.__name__}): {(cls.__doc__ or '').strip()}")
