@@ -21,10 +21,13 @@ def configure_logging(verbose: bool = False) -> None:
     """Warnings and errors only (verbose=False), or everything at INFO with the libraries' progress bars."""
     level = logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    # vLLM's engine processes read this when they start; the loggers below cover this process.
-    os.environ["VLLM_LOGGING_LEVEL"] = logging.getLevelName(level)
+    # vLLM's engine processes read this when they start; the loggers below cover this process. Quiet,
+    # vLLM gets errors only: its worker warns "RotaryEmbedding: Failed to load weights" at every weight
+    # push, about a buffer that has no weights to load.
+    vllm_level = level if verbose else logging.ERROR
+    os.environ["VLLM_LOGGING_LEVEL"] = logging.getLevelName(vllm_level)
     for name in NOISY_LOGGERS:
-        logging.getLogger(name).setLevel(level)
+        logging.getLogger(name).setLevel(vllm_level if name == "vllm" else level)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity(level)
