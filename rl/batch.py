@@ -21,8 +21,10 @@ from dataclasses import dataclass, fields
 import torch
 
 from planner.tree import ROOT, SearchTree
+from rl.packing import PackedTree, pack_tree
 
-__all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "rows_from_tree", "batch_from_trees"]
+__all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "trained_leaves", "rows_from_tree",
+           "batch_from_trees"]
 
 
 def reward_leaves(tree: SearchTree, reward_fn, problem) -> list[int]:
@@ -74,16 +76,18 @@ class Row:
     """Decoded response."""
 
 
+def trained_leaves(tree: SearchTree) -> list[int]:
+    """The leaves that become rows: rewarded, with at least one response token (in leaf order)."""
+    return [leaf for leaf in tree.leaves()
+            if leaf != ROOT and tree[leaf].reward is not None and tree.response_ids(leaf)]
+
+
 def rows_from_tree(tree: SearchTree, group: int) -> list[Row]:
-    """One `Row` per rewarded leaf of `tree` (in leaf order); leaves with no response ids are skipped."""
+    """One `Row` per trained leaf of `tree` (see `trained_leaves`)."""
     values = monte_carlo_values(tree)
     rows = []
-    for leaf in tree.leaves():
-        if leaf == ROOT or tree[leaf].reward is None:
-            continue
+    for leaf in trained_leaves(tree):
         path = tree.trajectory(leaf)
-        if not path.response_ids:
-            continue
         node_values, parent_values = [], []
         for node, (start, end) in zip(path.nodes, path.step_spans):
             node_values += [values[node]] * (end - start)
@@ -112,33 +116,45 @@ class RolloutBatch:
     rewards: torch.Tensor  # (B,) float: the leaf's reward
     group: torch.Tensor  # (B,) long: index of the tree (prompt) the row comes from
     prompt_lengths: torch.Tensor  # (B,) long
+    packed_index: torch.Tensor  # (B, L) long: where token t of the row sits in its group's packed tree (-1: padding)
     texts: list[str]
+    packs: dict[int, PackedTree]
+    """Group -> its tree packed (each node's tokens once; rl/packing.py), for the packed learner."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def select(self, index: Sequence[int]) -> "RolloutBatch":
-        """The rows at `index` (a minibatch), in that order."""
+        """The rows at `index` (a minibatch), in that order, with their groups' packed trees."""
         idx = torch.as_tensor(list(index), dtype=torch.long)
-        picked = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "texts"}
-        return RolloutBatch(**picked, texts=[self.texts[i] for i in idx.tolist()])
+        picked = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name not in ("texts", "packs")}
+        return RolloutBatch(**picked, texts=[self.texts[i] for i in idx.tolist()],
+                            packs={g: self.packs[g] for g in dict.fromkeys(picked["group"].tolist())})
 
 
 def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int) -> RolloutBatch:
     """One row per rewarded leaf of every tree (call `reward_leaves` on each tree first)."""
     rows = [row for g, tree in enumerate(trees) for row in rows_from_tree(tree, g)]
+    packs, row_positions = {}, []  # row_positions: per row, the packed index of each of its tokens
+    for g, tree in enumerate(trees):
+        leaves = trained_leaves(tree)
+        if leaves:
+            packs[g], positions = pack_tree(tree, leaves)
+            row_positions += positions
     if not rows:
         raise ValueError("no rewarded trajectories in these trees: call rl.batch.reward_leaves(tree, reward_fn, "
                          "problem) on each tree first")
     B, L = len(rows), max(len(r.prompt_ids) + len(r.response_ids) for r in rows)
     input_ids = torch.full((B, L), pad_token_id, dtype=torch.long)
     attention = torch.zeros((B, L), dtype=torch.long)
+    packed_index = torch.full((B, L), -1, dtype=torch.long)
     per_token = {name: torch.zeros((B, L)) for name in ("response_mask", "old_logprobs", "token_values",
                                                         "parent_values")}
     for b, row in enumerate(rows):
         p, end = len(row.prompt_ids), len(row.prompt_ids) + len(row.response_ids)
         input_ids[b, :end] = torch.tensor(row.prompt_ids + row.response_ids)
         attention[b, :end] = 1
+        packed_index[b, :end] = torch.tensor(row_positions[b])
         for name, values in (("response_mask", row.sampled), ("old_logprobs", row.logprobs),
                              ("token_values", row.node_values), ("parent_values", row.parent_values)):
             per_token[name][b, p:end] = torch.tensor(values)
@@ -146,4 +162,4 @@ def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int) -> RolloutB
                         rewards=torch.tensor([r.reward for r in rows]),
                         group=torch.tensor([r.group for r in rows]),
                         prompt_lengths=torch.tensor([len(r.prompt_ids) for r in rows]),
-                        texts=[r.text for r in rows])
+                        packed_index=packed_index, texts=[r.text for r in rows], packs=packs)

@@ -123,6 +123,10 @@ class TrainConfig:
     (rl/learner.py says why this form). bfloat16 needs a GPU or a CPU with bf16 instructions."""
     reference_device: str | None = None
     """The reference model's device (None: the learner's), e.g. "cpu" to keep GPU memory for the policy."""
+    packing: bool = True
+    """Tree packing (rl/packing.py): each tree's prompt and nodes go through the learner once, with a
+    tree attention mask, instead of once per root-to-leaf row; the same update as row by row. Models
+    that cannot take it (no 4D mask or position ids) fall back to rows with a warning."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward instead of storing them (policy and critic): less memory,
     about one more forward of time."""

@@ -82,6 +82,16 @@ class ValueCritic(ModelScorer):
         out = self.model(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device))
         return out.logits[..., 0].float()  # (B, T)
 
+    def packed_values(self, packed: dict) -> torch.Tensor:
+        """(G, N) raw values at every token of trees packed by `rl.packing.collate`: the trunk with the
+        tree attention mask and path positions, then the head (with gradients)."""
+        from rl.packing import mask_for
+
+        dtype = next(self.model.parameters()).dtype
+        hidden = self.model.base_model(input_ids=packed["input_ids"], position_ids=packed["position_ids"],
+                                       attention_mask=mask_for(self.model, packed["attention"], dtype)).last_hidden_state
+        return self.model.score(hidden)[..., 0].float()  # (G, N)
+
     def fit(self, prefixes: Sequence[Sequence[int]], targets: Sequence[float], *, epochs: int = 4,
             lr: float = 1e-3, batch_size: int = 32, seed: int = 0, optimizer=None) -> list[float]:
         """Regress the value at each prefix's last token on its target (e.g. a tree node's Monte-Carlo

@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 
 from rl.losses import entropy_from_logits, sequence_logprobs
 
-__all__ = ["token_logprobs", "supports_chunking"]
+__all__ = ["token_logprobs", "packed_token_logprobs", "rows_from_packed", "supports_chunking"]
 
 
 def supports_chunking(model) -> bool:
@@ -65,23 +65,61 @@ def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor, *, entropy:
 
 
 def _chunked(model, input_ids: Tensor, attention_mask: Tensor, entropy: str, chunk_size: int):
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1 or None; got {chunk_size!r}")
     B, L = input_ids.shape
     if L < 2:
         raise ValueError(f"token_logprobs needs rows of at least 2 tokens (a prompt and a response); got L={L}")
     hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, H)
     flat_hidden = hidden[:, :-1].reshape(B * (L - 1), -1)  # (N, H): position t predicts token t + 1
-    flat_targets = input_ids[:, 1:].reshape(-1)  # (N,)
+    logp, ent = _head(model.lm_head, flat_hidden, input_ids[:, 1:].reshape(-1), entropy, chunk_size)  # (N,)
+    pad = lambda x: torch.nn.functional.pad(x.view(B, L - 1), (1, 0))  # noqa: E731 (B, L)
+    return pad(logp), (pad(ent) if ent is not None else None)
+
+
+def packed_token_logprobs(model, packed: dict[str, Tensor], *, entropy: str = "none",
+                          chunk_size: int | None = None) -> tuple[Tensor, Tensor | None]:
+    """(G, N) log-probability of each packed token given the tokens on its path, and the entropy of the
+    distribution that predicted it, for trees packed by `rl.packing.collate` (the first prompt
+    token's entries are meaningless: it has no predecessor). The hidden state of a token's
+    predecessor on its path predicts it, so a parent's last token predicts each child's first."""
+    from rl.packing import mask_for
+
+    dtype = next(model.parameters()).dtype
+    hidden = model.get_decoder()(input_ids=packed["input_ids"], position_ids=packed["position_ids"],
+                                 attention_mask=mask_for(model, packed["attention"], dtype)).last_hidden_state  # (G, N, H)
+    G, N, H = hidden.shape
+    predictors = hidden.gather(1, packed["predecessor"][..., None].expand(G, N, H))  # (G, N, H)
+    logp, ent = _head(model.lm_head, predictors.reshape(G * N, H), packed["input_ids"].reshape(-1), entropy,
+                      chunk_size)
+    return logp.view(G, N), (ent.view(G, N) if ent is not None else None)
+
+
+def rows_from_packed(packed_values: Tensor, rows_group: Tensor, packed_index: Tensor, zero_first: bool) -> Tensor:
+    """(B, L) row-layout values gathered from (G, N) packed ones: row b's token t is packed token
+    `packed_index[b, t]` of packed tree `rows_group[b]`; 0 on padding (and at t = 0 when `zero_first`,
+    where a log-probability has no predicting context)."""
+    index = packed_index.clamp(min=0)  # (B, L)
+    out = packed_values[rows_group[:, None], index]  # (B, L)
+    keep = packed_index >= 0
+    if zero_first:
+        keep = keep & (torch.arange(packed_index.shape[1], device=packed_index.device) > 0)
+    return torch.where(keep, out, torch.zeros_like(out))
+
+
+def _head(head: torch.nn.Linear, hidden: Tensor, targets: Tensor, entropy: str, chunk_size: int | None):
+    """Log-probability of `targets` (M,) under head(hidden) (M, H) and its entropy: in one piece
+    (chunk_size None), or `chunk_size` rows of logits at a time, each checkpointed when gradients are
+    on so that one chunk's logits exist in the backward too."""
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be an integer >= 1 or None; got {chunk_size!r}")
     with_entropy = entropy != "none"
+    step = chunk_size or max(1, targets.shape[0])
     logps, entropies = [], []
-    for start in range(0, flat_targets.shape[0], chunk_size):
-        h, y = flat_hidden[start:start + chunk_size], flat_targets[start:start + chunk_size]
-        if torch.is_grad_enabled():  # recompute this chunk's logits in the backward instead of keeping them
-            logp, ent = checkpoint(_head_chunk, model.lm_head, h, y, with_entropy, use_reentrant=False)
+    for start in range(0, targets.shape[0], step):
+        h, y = hidden[start:start + step], targets[start:start + step]
+        if chunk_size is not None and torch.is_grad_enabled():  # recompute this chunk's logits in the backward
+            logp, ent = checkpoint(_head_chunk, head, h, y, with_entropy, use_reentrant=False)
         else:
-            logp, ent = _head_chunk(model.lm_head, h, y, with_entropy)
+            logp, ent = _head_chunk(head, h, y, with_entropy)
         logps.append(logp)
         entropies.append(ent if entropy == "grad" else ent.detach())
-    pad = lambda x: torch.nn.functional.pad(torch.cat(x).view(B, L - 1), (1, 0))  # noqa: E731 (B, L)
-    return pad(logps), (pad(entropies) if with_entropy else None)
+    return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)

@@ -36,10 +36,11 @@ from rl.batch import RolloutBatch
 from rl.config import TrainConfig
 from rl.critic import ValueCritic
 from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
-from rl.forward import token_logprobs
+from rl.forward import packed_token_logprobs, rows_from_packed, token_logprobs
 from rl.kl import AdaptiveKLController, FixedKLController, kl
 from rl.losses import is_finite_loss, masked_mean, policy_loss, value_loss
 from rl.mismatch import mismatch_metrics, tis_weights
+from rl.packing import collate, packing_support
 from rl.runtime import autocast, resolve_device
 
 __all__ = ["Learner", "peak_memory_mb", "derived_seed"]
@@ -81,6 +82,11 @@ class Learner:
             self._prepare(self.critic.model)
             self.critic.model.eval()
             self.critic_optimizer = torch.optim.AdamW(self.critic.model.parameters(), lr=config.critic.lr)
+        self.pad_id = self.policy.config.pad_token_id if self.policy.config.pad_token_id is not None else 0
+        unsupported = packing_support(self.policy) if config.packing else "packing is off"
+        self.packed = unsupported is None
+        if config.packing and unsupported:
+            log.warning("tree packing is not supported for this model (%s): the learner runs row by row", unsupported)
         beta = config.loss.kl_coef if config.kl_placement == "loss" else config.kl_reward_coef
         self.kl_controller = (AdaptiveKLController(beta, config.kl_target, horizon=10_000)
                               if config.kl_target is not None else FixedKLController(beta))
@@ -101,41 +107,63 @@ class Learner:
 
     # ---- rows in micro-batches ------------------------------------------------------------------
     def micro_batches(self, batch: RolloutBatch, rows: Sequence[int]) -> list[list[int]]:
-        """`rows` in order, cut into micro-batches of at most `micro_batch_tokens` padded tokens
-        (rows x the longest of them); all rows in one when no budget is set."""
+        """`rows` in order, cut into micro-batches of at most `micro_batch_tokens` padded tokens; all in
+        one when no budget is set. Row-wise a micro-batch costs rows x its longest row; packed it holds
+        whole trees and costs trees x its largest packed tree."""
         budget = self.config.micro_batch_tokens
         if budget is None:
             return [list(rows)]
-        lengths = batch.attention_mask.sum(-1).tolist()
-        out, current, longest = [], [], 0
-        for r in rows:
-            if lengths[r] > budget:
-                raise ValueError(f"a row of {lengths[r]} tokens does not fit micro_batch_tokens={budget}: "
-                                 f"set micro_batch_tokens >= {max(lengths)} (the longest row) or leave it unset")
-            if current and max(longest, lengths[r]) * (len(current) + 1) > budget:
+        if self.packed:
+            units = [[r for r in rows if int(batch.group[r]) == g] for g in dict.fromkeys(batch.group[rows].tolist())]
+            sizes = [len(batch.packs[int(batch.group[u[0]])]) for u in units]
+            what = "packed tree"
+        else:
+            units, sizes, what = [[r] for r in rows], batch.attention_mask[list(rows)].sum(-1).tolist(), "row"
+        out, current, largest, count = [], [], 0, 0
+        for unit, size in zip(units, sizes):
+            if size > budget:
+                raise ValueError(f"a {what} of {size} tokens does not fit micro_batch_tokens={budget}: set "
+                                 f"micro_batch_tokens >= {max(sizes)} (the largest {what}) or leave it unset")
+            if current and max(largest, size) * (count + 1) > budget:
                 out.append(current)
-                current, longest = [], 0
-            current.append(r)
-            longest = max(longest, lengths[r])
+                current, largest, count = [], 0, 0
+            current += unit
+            largest, count = max(largest, size), count + 1
         return out + [current]
 
-    def _inputs(self, batch: RolloutBatch, rows: list[int], device: torch.device):
-        """(input_ids, attention_mask) of `rows`, cut to their longest row, on `device`; and that width."""
+    def forward(self, model, batch: RolloutBatch, rows: list[int], device: torch.device, kind: str,
+                entropy: str = "none") -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """`rows`' per-token quantities in the row layout cut to their longest row: (values (b, width),
+        entropies or None, width). kind "logprobs": log-probabilities of the policy-like `model`;
+        "values": the critic's values (`model` is the ValueCritic). Packed (each tree's nodes once,
+        rl/packing.py) when `self.packed`, else row by row."""
         width = int(batch.attention_mask[rows].sum(-1).max())
-        return batch.input_ids[rows, :width].to(device), batch.attention_mask[rows, :width].to(device), width
+        with self.autocast(device):
+            if self.packed:
+                groups = list(dict.fromkeys(batch.group[rows].tolist()))
+                packed = {k: v.to(device) for k, v in collate([batch.packs[g] for g in groups], self.pad_id).items()}
+                local = {g: k for k, g in enumerate(groups)}
+                rows_group = torch.tensor([local[int(g)] for g in batch.group[rows]], device=device)
+                index = batch.packed_index[rows, :width].to(device)
+                if kind == "values":
+                    return rows_from_packed(model.packed_values(packed), rows_group, index, False), None, width
+                logp, ent = packed_token_logprobs(model, packed, entropy=entropy, chunk_size=self.config.logprob_chunk)
+                return (rows_from_packed(logp, rows_group, index, True),
+                        rows_from_packed(ent, rows_group, index, True) if ent is not None else None, width)
+            ids, mask = batch.input_ids[rows, :width].to(device), batch.attention_mask[rows, :width].to(device)
+            if kind == "values":
+                return model.token_values(ids, mask), None, width
+            logp, ent = token_logprobs(model, ids, mask, entropy=entropy, chunk_size=self.config.logprob_chunk)
+            return logp, ent, width
 
-    def per_token(self, fn: Callable, batch: RolloutBatch, device: torch.device) -> torch.Tensor:
-        """(B, L) `fn(input_ids, attention_mask) -> (b, width)` over the batch's micro-batches, no gradient."""
+    def per_token(self, model, batch: RolloutBatch, device: torch.device, kind: str = "logprobs") -> torch.Tensor:
+        """(B, L) `forward` over the whole batch in micro-batches, without gradient, on the CPU."""
         out = torch.zeros(batch.input_ids.shape)
         with torch.no_grad():
             for rows in self.micro_batches(batch, range(len(batch))):
-                ids, mask, width = self._inputs(batch, rows, device)
-                with self.autocast(device):
-                    out[rows, :width] = fn(ids, mask).float().cpu()
+                values, _, width = self.forward(model, batch, rows, device, kind)
+                out[rows, :width] = values.float().cpu()
         return out
-
-    def logprobs_of(self, model, device: torch.device):
-        return lambda ids, mask: token_logprobs(model, ids, mask, chunk_size=self.config.logprob_chunk)[0]
 
     # ---- one iteration's learning -----------------------------------------------------------------
     def _old_logprobs(self, batch: RolloutBatch) -> torch.Tensor | None:
@@ -148,7 +176,7 @@ class Learner:
         kl_in_reward = c.kl_placement == "reward" and self.reference is not None
         if c.epochs == 1 and c.minibatches == 1 and not kl_in_reward and c.tis_cap is None:
             return None
-        return self.per_token(self.logprobs_of(self.policy, self.device), batch, self.device)
+        return self.per_token(self.policy, batch, self.device)
 
     def minibatches(self, batch: RolloutBatch, iteration: int, epoch: int) -> Iterator[list[int]]:
         """Row indices of each minibatch: whole groups (trees), shuffled per (iteration, epoch)."""
@@ -168,9 +196,9 @@ class Learner:
             torch.cuda.reset_peak_memory_stats(self.device)
         old_logp = self._old_logprobs(batch)  # (B, L) or None (on-policy)
         behaviour = old_logp if old_logp is not None else batch.old_logprobs  # for the reward's KL only
-        ref_logp = (self.per_token(self.logprobs_of(self.reference, self.reference_device), batch,
-                                   self.reference_device) if self.reference is not None else None)
-        old_values = (self.per_token(self.critic.token_values, batch, self.device) if self.critic is not None
+        ref_logp = (self.per_token(self.reference, batch, self.reference_device) if self.reference is not None
+                    else None)
+        old_values = (self.per_token(self.critic, batch, self.device, "values") if self.critic is not None
                       else torch.zeros_like(mask))  # (B, L)
         metrics: dict[str, float] = {}
         weights = tis_weights(old_logp, batch.old_logprobs, c.tis_cap) if c.tis_cap is not None else None  # (B, L)
@@ -190,11 +218,8 @@ class Learner:
         sums: dict[str, list[float]] = {}
 
         def policy_part(rows: list[int], totals: dict):
-            ids, attention, width = self._inputs(batch, rows, self.device)
+            logp, entropy, width = self.forward(self.policy, batch, rows, self.device, "logprobs", entropy_mode)
             pick = lambda x: x[rows, :width].to(self.device) if x is not None else None  # noqa: E731
-            with self.autocast():
-                logp, entropy = token_logprobs(self.policy, ids, attention, entropy=entropy_mode,
-                                               chunk_size=c.logprob_chunk)
             logp, micro_mask = logp.float(), pick(mask)
             if "engine_learner_logprob_gap" not in metrics:  # the learner before its first update
                 metrics.update(self._check_engine(logp.detach(), pick(batch.old_logprobs), micro_mask))
@@ -205,10 +230,8 @@ class Learner:
             return loss, m, float(micro_mask.sum())
 
         def critic_part(rows: list[int], totals: dict):
-            ids, attention, width = self._inputs(batch, rows, self.device)
+            values, _, width = self.forward(self.critic, batch, rows, self.device, "values")
             pick = lambda x: x[rows, :width].to(self.device)  # noqa: E731
-            with self.autocast():
-                values = self.critic.token_values(ids, attention)
             loss, m = value_loss(values.float(), pick(old_values), pick(targets), pick(target_mask),
                                  clip_range=c.critic.clip_range, num_tokens=totals["num_tokens"])
             return loss, m, float(pick(target_mask).sum())

@@ -67,18 +67,20 @@ def first_gradients(config: TrainConfig, batch) -> dict[str, torch.Tensor]:
     return grads
 
 
-def test_micro_batches_accumulate_the_full_batch_gradient(model_dir, tmp_path, batch):
-    """float32, the same rows: only the summation order differs (rows split into micro-batches, whose
-    losses are normalised by the whole minibatch's token and row counts). float32 rounding of sums of a
-    few thousand terms is ~1e-7 relative to their magnitudes, so 1e-5 absolute (gradients here are
-    ~1e-2) holds on any CPU."""
-    longest = int(batch.attention_mask.sum(-1).max())
+@pytest.mark.parametrize("packing", [False, True])
+def test_micro_batches_accumulate_the_full_batch_gradient(model_dir, tmp_path, batch, packing):
+    """float32, the same rows: only the summation order differs (rows, or whole packed trees, split into
+    micro-batches whose losses are normalised by the whole minibatch's token and row counts). float32
+    rounding of sums of a few thousand terms is ~1e-7 relative to their magnitudes, so 1e-5 absolute
+    (gradients here are ~1e-2) holds on any CPU."""
+    unit = (max(len(p) for p in batch.packs.values()) if packing else int(batch.attention_mask.sum(-1).max()))
     for aggregation in ("token_mean", "seq_mean_token_mean"):
-        base = dict(critic=CriticConfig(enabled=True, lr=1e-3), loss={"aggregation": aggregation, "entropy_coef": 0.01})
+        base = dict(critic=CriticConfig(enabled=True, lr=1e-3), packing=packing,
+                    loss={"aggregation": aggregation, "entropy_coef": 0.01})
         full = first_gradients(settings(model_dir, tmp_path, **base), batch)
-        micro = first_gradients(settings(model_dir, tmp_path, micro_batch_tokens=longest + 3, **base), batch)
-        assert Learner(settings(model_dir, tmp_path, micro_batch_tokens=longest + 3)).micro_batches(
-            batch, range(len(batch))).__len__() > 2  # really split
+        micro = first_gradients(settings(model_dir, tmp_path, micro_batch_tokens=unit + 3, **base), batch)
+        assert len(Learner(settings(model_dir, tmp_path, micro_batch_tokens=unit + 3, packing=packing))
+                   .micro_batches(batch, range(len(batch)))) > 1  # really split
         for name in ("policy", "critic"):
             assert full[name].abs().max() > 1e-4, name
             torch.testing.assert_close(micro[name], full[name], rtol=0, atol=1e-5, msg=f"{aggregation} {name}")
@@ -88,9 +90,8 @@ def test_gradient_checkpointing_and_chunked_logprobs_keep_the_gradient(model_dir
     """The same float32 computation, recomputed (checkpointing) or with the LM head applied chunk by
     chunk: the arithmetic is identical up to summation order, so 1e-5 holds as above."""
     full = first_gradients(settings(model_dir, tmp_path), batch)["policy"]
-    for changes in ({"gradient_checkpointing": True}, {"logprob_chunk": 7}, {"gradient_checkpointing": True,
-                                                                              "logprob_chunk": 5,
-                                                                              "micro_batch_tokens": 200}):
+    for changes in ({"gradient_checkpointing": True}, {"logprob_chunk": 7}, {"packing": False},
+                    {"gradient_checkpointing": True, "logprob_chunk": 5, "micro_batch_tokens": 200, "packing": False}):
         other = first_gradients(settings(model_dir, tmp_path, **changes), batch)["policy"]
         torch.testing.assert_close(other, full, rtol=0, atol=1e-5, msg=str(changes))
 
@@ -168,7 +169,10 @@ def test_bfloat16_on_a_cpu_without_bf16_instructions_is_refused(model_dir, tmp_p
 
 
 def test_a_row_longer_than_the_micro_batch_budget_is_a_clear_error(model_dir, tmp_path, batch):
-    learner = Learner(settings(model_dir, tmp_path, micro_batch_tokens=4))
+    learner = Learner(settings(model_dir, tmp_path, micro_batch_tokens=4, packing=False))
     with pytest.raises(ValueError, match=r"a row of \d+ tokens does not fit micro_batch_tokens=4: set "
                                          r"micro_batch_tokens >= \d+"):
+        learner.update(batch, iteration=0)
+    learner = Learner(settings(model_dir, tmp_path, micro_batch_tokens=4))
+    with pytest.raises(ValueError, match=r"a packed tree of \d+ tokens does not fit micro_batch_tokens=4"):
         learner.update(batch, iteration=0)
