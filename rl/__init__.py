@@ -8,7 +8,8 @@ from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs, Advantages, est
 from rl.kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl, kl_penalized_rewards
 from rl.losses import (PolicyLossConfig, dpo_loss, entropy_from_logits, is_finite_loss, masked_mean, masked_whiten,
                        policy_loss, sequence_logprobs, sft_loss, value_loss)
-from rl.sft import COLD_START_SFT, ColdStartResult, SFTConfig, SFTResult, cold_start, load_pairs, pass_rates, train_sft
+from rl.cold_start import COLD_START_SFT, ColdStartResult, cold_start, pass_rates
+from rl.sft import SFTConfig, SFTResult, load_pairs, train_sft
 from rl.trainer import SearchTrainer
 
 __all__ = [

@@ -152,7 +152,7 @@ def _run_demo(config: DemoConfig) -> dict:
     from planner.policy import load_policy
     from planner.strategies import MCTSConfig
     from rl.config import CriticConfig, TrainConfig
-    from rl.sft import COLD_START_SFT, cold_start, pass_rates
+    from rl.cold_start import COLD_START_SFT, cold_start, pass_rates
     from rl.trainer import SearchTrainer
     from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task
     from verifiers.tasks import load_task

@@ -6,10 +6,7 @@ from a policy that already writes readable, well-formed traces. `train_sft` is t
 Hugging Face causal LM: the loss is the token-mean negative log-likelihood of the response tokens
 only (the prompt, encoded with the tokenizer's chat template, is context, not a target).
 
-`cold_start` is the embedded default: a ~1M-parameter Llama trained on generated arithmetic
-traces (`verifiers.arithmetic`) that stops on purpose at partial skill (sampled pass@1 in
-`target_pass_range`), because search and RL need room to improve: the gap between pass@1 and
-pass@k is what they can win.
+The embedded default's cold start (a tiny Llama stopped at partial skill) is `rl.cold_start`.
 """
 
 from __future__ import annotations
@@ -19,9 +16,9 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
 import torch
 from tqdm.auto import tqdm
@@ -29,13 +26,8 @@ from tqdm.auto import tqdm
 from rl.losses import is_finite_loss, sequence_logprobs, sft_loss
 from rl.runtime import autocast, check_precision, resolve_device, torch_settings
 
-if TYPE_CHECKING:
-    from verifiers.arithmetic import Difficulty
-
-__all__ = [
-    "SFTConfig", "SFTResult", "ColdStartResult", "COLD_START_SFT", "EvalFn", "StopFn", "load_pairs",
-    "encode_pair", "collate", "response_nll", "lr_factor", "train_sft", "pass_rates", "cold_start",
-]
+__all__ = ["SFTConfig", "SFTResult", "EvalFn", "StopFn", "load_pairs", "encode_pair", "collate", "response_nll",
+           "lr_factor", "train_sft"]
 
 Schedule = Literal["cosine", "linear", "constant"]
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
@@ -325,116 +317,3 @@ def _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, e
                                                                   "history": history}, indent=1))
     return SFTResult(model=model, tokenizer=tokenizer, steps=step, seconds=time.perf_counter() - start,
                      stopped_by=stopped_by, losses=losses, history=history)
-
-
-# ----------------------------------------------------------------------------- the embedded cold start
-
-
-@dataclass
-class ColdStartResult:
-    """What `cold_start` did: where the model is, the learning curve and the skill it stopped at."""
-
-    model_dir: Path
-    """The trained `save_pretrained` folder (model, char tokenizer, chat template, history)."""
-    curve: list[dict]
-    """One row per evaluation: step, seconds (wall since training began), loss (mean since the previous
-    row), lr, pass@1 (sampled at T=1 on the held-out set)."""
-    steps: int
-    seconds: float
-    """Wall time of building, training and the periodic evaluations (the final evaluation excluded)."""
-    cpu_seconds: float
-    """CPU time of this process over the same span: about the wall time on an idle core when threads=1,
-    so it stays comparable when other work shares the machine."""
-    in_range: bool
-    """Whether the last evaluated sampled pass@1 lies in the target range."""
-    final: dict = field(default_factory=dict)
-    """On the held-out set after training (when final_eval): greedy pass@1, sampled pass@1, pass@k."""
-
-
-COLD_START_SFT = SFTConfig(lr=3e-3, batch_size=32, max_steps=700, warmup_steps=20, schedule="cosine",
-                           min_lr_ratio=0.05, eval_every=25)
-"""The cold start's SFT settings: DESIGN's recipe (AdamW lr 3e-3) at batch 32, which reached the target
-on fewer examples than batch 64 or 16 (docs/benchmarks.md, "Cold start"), with a cosine decay over 700
-steps (~4 min on an idle core). Training normally stops on the pass-rate target before max_steps."""
-
-
-def pass_rates(policy, problems: Sequence, reward_fn: Callable[[str, object], float], *, n: int = 1,
-               temperature: float = 1.0, max_tokens: int = 64, seed: int = 0) -> dict[str, float]:
-    """Sample `n` responses per problem; return pass@1 (mean reward) with its 95% interval
-    ("pass@1_low", "pass@1_high": percentile bootstrap over problems, `planner.scaling_report`) and
-    pass@n (share solved at least once).
-
-    pass@1 averages over all n samples, the unbiased estimate (Chen et al. 2021) with lower variance
-    than one sample per problem. `reward_fn(text, problem)` grades a response (a task's `reward`).
-    """
-    from planner.policy.types import SamplingParams
-    from planner.scaling_report import bootstrap_interval
-
-    prompts = [policy.encode_prompt(p.question) for p in problems]
-    groups = policy.generate(prompts, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens,
-                                                     seed=seed))
-    rewards = [[reward_fn(s.text, p) for s in group] for p, group in zip(problems, groups)]  # (problems, n)
-    low, high = bootstrap_interval([[row[k] for row in rewards] for k in range(n)])
-    return {"pass@1": sum(map(sum, rewards)) / (n * len(problems)), "pass@1_low": low, "pass@1_high": high,
-            f"pass@{n}": sum(any(r > 0 for r in row) for row in rewards) / len(problems)}
-
-
-def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = "medium",
-               target_pass_range: tuple[float, float] = (0.3, 0.6), max_minutes: float = 5.0,
-               config: SFTConfig | None = None, hidden_size: int = 128, num_layers: int = 4, num_heads: int = 4,
-               num_train: int = 20_000, eval_problems: int = 128, eval_samples: int = 2, final_eval: bool = True,
-               final_samples: int = 8, seed: int = 0, progress: bool = True) -> ColdStartResult:
-    """Build a small Llama for the arithmetic task and SFT it on gold traces until it is partly skilled.
-
-    Every `config.eval_every` steps (default `COLD_START_SFT`) the sampled (T=1) pass@1 on a fixed
-    held-out set of `eval_problems` problems (`eval_samples` samples each) is measured; training
-    stops as soon as it reaches `target_pass_range[0]` (or after `max_minutes`). The held-out set is
-    the arithmetic "test" split (its seed plus `seed`; with the defaults exactly
-    `load_arithmetic(split="test")`), removed from the training problems. `difficulty`: a name in
-    `verifiers.arithmetic.DIFFICULTIES` or a `Difficulty`. Torch threads: `config.threads` (1).
-    """
-    from planner.policy.hf import HFPolicy
-    from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
-    from transformers import AutoModelForCausalLM
-    from verifiers.arithmetic import ARITHMETIC_ALPHABET, SPLITS, arithmetic_task
-    from verifiers.tasks import reward
-
-    low, high = target_pass_range
-    if not 0 <= low <= high <= 1:
-        raise ValueError(f"target_pass_range must be (low, high) with 0 <= low <= high <= 1; got {target_pass_range!r}")
-    config = replace(config or COLD_START_SFT, max_minutes=max_minutes, seed=seed, progress=progress)
-    if config.eval_every < 1:
-        raise ValueError(f"cold_start needs config.eval_every >= 1 to watch the pass rate; got {config.eval_every}")
-    start, cpu_start = time.perf_counter(), time.process_time()
-    with torch_settings(config.threads):
-        held_out = arithmetic_task(eval_problems, difficulty, seed=SPLITS["test"][1] + seed)
-        held_out_questions = {p.question for p in held_out}
-        train = [p for p in arithmetic_task(num_train, difficulty, seed=seed) if p.question not in held_out_questions]
-        max_tokens = max(len(p.meta["solution"]) for p in held_out) + 8  # one token per character, + slack
-        output_dir = Path(output_dir)
-        build_tiny_llama(output_dir, alphabet=ARITHMETIC_ALPHABET, hidden_size=hidden_size, num_layers=num_layers,
-                         num_heads=num_heads, seed=seed)
-        model = AutoModelForCausalLM.from_pretrained(output_dir, dtype=torch.float32)
-        tokenizer = build_char_tokenizer(ARITHMETIC_ALPHABET)
-
-        def policy_of(model) -> HFPolicy:
-            return HFPolicy(str(output_dir), model=model, tokenizer=tokenizer,
-                            device=str(next(model.parameters()).device), seed=seed)
-
-        def evaluate(step, model, tokenizer) -> dict[str, float]:
-            rates = pass_rates(policy_of(model), held_out, reward, n=eval_samples, max_tokens=max_tokens, seed=seed)
-            return {"pass@1": rates["pass@1"]}
-
-        result = train_sft(model, [(p.question, p.meta["solution"]) for p in train], config, tokenizer=tokenizer,
-                           output_dir=output_dir, eval_fn=evaluate, should_stop=lambda m: m["pass@1"] >= low)
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-        last = result.history[-1]["pass@1"] if result.history else 0.0
-        final = {}
-        if final_eval:
-            policy = policy_of(result.model)
-            greedy = pass_rates(policy, held_out, reward, n=1, temperature=0.0, max_tokens=max_tokens, seed=seed)
-            sampled = pass_rates(policy, held_out, reward, n=final_samples, max_tokens=max_tokens, seed=seed + 1)
-            final = {"greedy_pass@1": greedy["pass@1"], "sampled_pass@1": sampled["pass@1"],
-                     f"pass@{final_samples}": sampled[f"pass@{final_samples}"]}
-    return ColdStartResult(model_dir=output_dir, curve=result.history, steps=result.steps, seconds=seconds,
-                           cpu_seconds=cpu_seconds, in_range=low <= last <= high, final=final)

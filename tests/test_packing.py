@@ -11,7 +11,6 @@ before any optimizer step (see tests/test_trainer.py on Adam).
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
@@ -53,7 +52,8 @@ def wide_root(finished: bool = True) -> SearchTree:
 def mcts_shaped(finished: bool = True) -> SearchTree:
     tree = SearchTree.new([4, 5, 6, 7])
     a, b = add(tree, ROOT, [40, 41]), add(tree, ROOT, [42])
-    a1, a2 = add(tree, a, [43, 44, 45]), add(tree, a, [46], terminal=finished, reward=0.0)
+    a1 = add(tree, a, [43, 44, 45])
+    add(tree, a, [46], terminal=finished, reward=0.0)
     add(tree, a1, [47], terminal=finished, reward=1.0)
     add(tree, a1, [48, 49], terminal=finished, reward=0.0)
     b1 = add(tree, b, [50, 51])

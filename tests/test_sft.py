@@ -10,8 +10,8 @@ import torch
 
 from planner.policy import SamplingParams, load_policy
 from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
-from rl.sft import (COLD_START_SFT, SFTConfig, collate, cold_start, encode_pair, load_pairs, lr_factor, pass_rates,
-                    response_nll, train_sft)
+from rl.cold_start import COLD_START_SFT, cold_start, pass_rates
+from rl.sft import SFTConfig, collate, encode_pair, load_pairs, lr_factor, response_nll, train_sft
 from verifiers.arithmetic import ARITHMETIC_ALPHABET, arithmetic_task
 from verifiers.tasks import reward
 
