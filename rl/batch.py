@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from planner.tree import ROOT, SearchTree
-from rl.packing import PackedTree, pack_tree
+from rl.packing import PackedTree, group_leaves, pack_tree
 
 __all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "trained_leaves", "rows_from_tree",
            "batch_from_trees"]
@@ -116,31 +116,37 @@ class RolloutBatch:
     rewards: torch.Tensor  # (B,) float: the leaf's reward
     group: torch.Tensor  # (B,) long: index of the tree (prompt) the row comes from
     prompt_lengths: torch.Tensor  # (B,) long
-    packed_index: torch.Tensor  # (B, L) long: where token t of the row sits in its group's packed tree (-1: padding)
+    row_pack: torch.Tensor  # (B,) long: which of `packs` holds the row
+    packed_index: torch.Tensor  # (B, L) long: where token t of the row sits in that packed tree (-1: padding)
     texts: list[str]
-    packs: dict[int, PackedTree]
-    """Group -> its tree packed (each node's tokens once; rl/packing.py), for the packed learner."""
+    packs: list[PackedTree]
+    """The trees packed (each node's tokens once; rl/packing.py) for the packed learner: one or more
+    per tree, each holding whole rows."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def select(self, index: Sequence[int]) -> "RolloutBatch":
-        """The rows at `index` (a minibatch), in that order, with their groups' packed trees."""
+        """The rows at `index` (a minibatch), in that order, with the packed trees that hold them."""
         idx = torch.as_tensor(list(index), dtype=torch.long)
         picked = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name not in ("texts", "packs")}
-        return RolloutBatch(**picked, texts=[self.texts[i] for i in idx.tolist()],
-                            packs={g: self.packs[g] for g in dict.fromkeys(picked["group"].tolist())})
+        kept = list(dict.fromkeys(picked["row_pack"].tolist()))
+        picked["row_pack"] = torch.tensor([kept.index(p) for p in picked["row_pack"].tolist()], dtype=torch.long)
+        return RolloutBatch(**picked, texts=[self.texts[i] for i in idx.tolist()], packs=[self.packs[p] for p in kept])
 
 
-def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int) -> RolloutBatch:
-    """One row per rewarded leaf of every tree (call `reward_leaves` on each tree first)."""
+def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int, pack_tokens: int | None = None) -> RolloutBatch:
+    """One row per rewarded leaf of every tree (call `reward_leaves` on each tree first), and the trees
+    packed for the packed learner, each cut into packs of at most `pack_tokens` tokens (None: one pack
+    per tree; see `rl.packing.group_leaves`)."""
     rows = [row for g, tree in enumerate(trees) for row in rows_from_tree(tree, g)]
-    packs, row_positions = {}, []  # row_positions: per row, the packed index of each of its tokens
+    packs, where = [], {}  # where: (group, leaf) -> (pack, packed index of each of the row's tokens)
     for g, tree in enumerate(trees):
-        leaves = trained_leaves(tree)
-        if leaves:
-            packs[g], positions = pack_tree(tree, leaves)
-            row_positions += positions
+        for leaves in group_leaves(tree, trained_leaves(tree), pack_tokens) if trained_leaves(tree) else []:
+            pack, positions = pack_tree(tree, leaves)
+            where.update({(g, leaf): (len(packs), pos) for leaf, pos in zip(leaves, positions)})
+            packs.append(pack)
+    located = [where[(g, leaf)] for g, tree in enumerate(trees) for leaf in trained_leaves(tree)]  # rows' order
     if not rows:
         raise ValueError("no rewarded trajectories in these trees: call rl.batch.reward_leaves(tree, reward_fn, "
                          "problem) on each tree first")
@@ -154,7 +160,7 @@ def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int) -> RolloutB
         p, end = len(row.prompt_ids), len(row.prompt_ids) + len(row.response_ids)
         input_ids[b, :end] = torch.tensor(row.prompt_ids + row.response_ids)
         attention[b, :end] = 1
-        packed_index[b, :end] = torch.tensor(row_positions[b])
+        packed_index[b, :end] = torch.tensor(located[b][1])
         for name, values in (("response_mask", row.sampled), ("old_logprobs", row.logprobs),
                              ("token_values", row.node_values), ("parent_values", row.parent_values)):
             per_token[name][b, p:end] = torch.tensor(values)
@@ -162,4 +168,5 @@ def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int) -> RolloutB
                         rewards=torch.tensor([r.reward for r in rows]),
                         group=torch.tensor([r.group for r in rows]),
                         prompt_lengths=torch.tensor([len(r.prompt_ids) for r in rows]),
+                        row_pack=torch.tensor([pack for pack, _ in located], dtype=torch.long),
                         packed_index=packed_index, texts=[r.text for r in rows], packs=packs)

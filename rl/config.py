@@ -127,6 +127,11 @@ class TrainConfig:
     """Tree packing (rl/packing.py): each tree's prompt and nodes go through the learner once, with a
     tree attention mask, instead of once per root-to-leaf row; the same update as row by row. Models
     that cannot take it (no 4D mask or position ids) fall back to rows with a warning."""
+    pack_tokens: int | None = 128
+    """Most tokens of one packed tree: a larger tree is cut into several packs of whole rows (siblings
+    together), each repeating the shared prompt. A pack of N tokens costs N^2 in attention though each
+    token needs only its path, so on small models smaller packs are faster (docs/benchmarks.md,
+    "Tree-packed learner"). None: one pack per tree."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward instead of storing them (policy and critic): less memory,
     about one more forward of time."""
@@ -203,7 +208,7 @@ class TrainConfig:
         check_precision("TrainConfig", self.dtype, self.device)
         if self.engine_dtype not in ("float32", "bfloat16", "float16"):
             _fail("TrainConfig", "engine_dtype", "one of ['bfloat16', 'float16', 'float32']", self.engine_dtype)
-        for name in ("micro_batch_tokens", "logprob_chunk"):
+        for name in ("micro_batch_tokens", "logprob_chunk", "pack_tokens"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
                 _fail("TrainConfig", name, "an integer >= 2 or None", value)

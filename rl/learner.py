@@ -114,8 +114,8 @@ class Learner:
         if budget is None:
             return [list(rows)]
         if self.packed:
-            units = [[r for r in rows if int(batch.group[r]) == g] for g in dict.fromkeys(batch.group[rows].tolist())]
-            sizes = [len(batch.packs[int(batch.group[u[0]])]) for u in units]
+            units = [[r for r in rows if int(batch.row_pack[r]) == p] for p in dict.fromkeys(batch.row_pack[rows].tolist())]
+            sizes = [len(batch.packs[int(batch.row_pack[u[0]])]) for u in units]
             what = "packed tree"
         else:
             units, sizes, what = [[r] for r in rows], batch.attention_mask[list(rows)].sum(-1).tolist(), "row"
@@ -140,10 +140,10 @@ class Learner:
         width = int(batch.attention_mask[rows].sum(-1).max())
         with self.autocast(device):
             if self.packed:
-                groups = list(dict.fromkeys(batch.group[rows].tolist()))
-                packed = {k: v.to(device) for k, v in collate([batch.packs[g] for g in groups], self.pad_id).items()}
-                local = {g: k for k, g in enumerate(groups)}
-                rows_group = torch.tensor([local[int(g)] for g in batch.group[rows]], device=device)
+                used = list(dict.fromkeys(batch.row_pack[rows].tolist()))
+                packed = {k: v.to(device) for k, v in collate([batch.packs[p] for p in used], self.pad_id).items()}
+                local = {p: k for k, p in enumerate(used)}
+                rows_group = torch.tensor([local[int(p)] for p in batch.row_pack[rows]], device=device)
                 index = batch.packed_index[rows, :width].to(device)
                 if kind == "values":
                     return rows_from_packed(model.packed_values(packed), rows_group, index, False), None, width

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from planner.tree import ROOT, SearchTree
 
-__all__ = ["PackedTree", "pack_tree", "collate", "packing_support"]
+__all__ = ["PackedTree", "pack_tree", "group_leaves", "collate", "packing_support"]
 
 NO_PREDECESSOR = -1
 """`PackedTree.predecessor` of the prompt's first token."""
@@ -90,6 +90,30 @@ def pack_tree(tree: SearchTree, leaves: list[int]) -> tuple[PackedTree, list[lis
         raise ValueError("pack_tree: the tree's root holds no prompt tokens")
     rows = [[j for n in tree.path(leaf) for j in range(starts[n], ends[n])] for leaf in leaves]
     return PackedTree(ids, positions, predecessor, node, ancestors), rows
+
+
+def group_leaves(tree: SearchTree, leaves: list[int], max_tokens: int | None) -> list[list[int]]:
+    """`leaves` cut into groups whose packed trees hold at most `max_tokens` tokens (a leaf whose own
+    path is longer gets a group of its own; None: one group). Leaves are taken in depth-first order,
+    so siblings and cousins, which share the most, stay together. A packed tree of N tokens costs
+    N^2 in attention while each token attends only to its own path: on a small model (where
+    attention is a large share of the work) several smaller packs beat one large one, at the price of
+    repeating the prompt (and shared steps) once per pack."""
+    ordered = sorted(leaves, key=tree.path)  # depth-first: by the path of node indices
+    if max_tokens is None:
+        return [ordered]
+    groups, current, nodes, size = [], [], set(), 0
+    for leaf in ordered:
+        path = tree.path(leaf)
+        added = sum(len(tree[n].token_ids) for n in path if n not in nodes)
+        if current and size + added > max_tokens:
+            groups.append(current)
+            current, nodes, size = [], set(), 0
+            added = sum(len(tree[n].token_ids) for n in path)
+        current.append(leaf)
+        nodes.update(path)
+        size += added
+    return groups + [current]
 
 
 def collate(packs: list[PackedTree], pad_token_id: int) -> dict[str, Tensor]:

@@ -155,7 +155,7 @@ class SearchTrainer:
         trees, results = self.grow_trees(problems, derived_seed(c.seed, i, 1))
         greedy = self.greedy_rewards(problems) if c.estimator == "remax" else None
         search_seconds = time.perf_counter() - start
-        batch = batch_from_trees(trees, self.pad_id)
+        batch = batch_from_trees(trees, self.pad_id, pack_tokens=c.pack_tokens)
         zero_var = [float(not nonzero_variance_groups(batch.rewards[batch.group == g][None])[0])
                     for g in batch.group.unique()]
         if c.drop_zero_variance_groups:

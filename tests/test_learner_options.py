@@ -73,7 +73,7 @@ def test_micro_batches_accumulate_the_full_batch_gradient(model_dir, tmp_path, b
     micro-batches whose losses are normalised by the whole minibatch's token and row counts). float32
     rounding of sums of a few thousand terms is ~1e-7 relative to their magnitudes, so 1e-5 absolute
     (gradients here are ~1e-2) holds on any CPU."""
-    unit = (max(len(p) for p in batch.packs.values()) if packing else int(batch.attention_mask.sum(-1).max()))
+    unit = (max(len(p) for p in batch.packs) if packing else int(batch.attention_mask.sum(-1).max()))
     for aggregation in ("token_mean", "seq_mean_token_mean"):
         base = dict(critic=CriticConfig(enabled=True, lr=1e-3), packing=packing,
                     loss={"aggregation": aggregation, "entropy_coef": 0.01})

@@ -22,7 +22,7 @@ from rl.critic import ValueCritic
 from rl.forward import token_logprobs
 from rl.learner import Learner
 from rl.losses import AGGREGATIONS, PolicyLossConfig, policy_loss, value_loss
-from rl.packing import collate, mask_for, pack_tree
+from rl.packing import collate, group_leaves, mask_for, pack_tree
 
 TOL = dict(rtol=0, atol=1e-5)
 
@@ -103,20 +103,30 @@ def learner(model_dir, tmp_path, packing: bool, **changes) -> Learner:
     return Learner(config)
 
 
+def test_group_leaves_by_hand():
+    """Leaves depth first: 5 [47], 6 [48, 49] (both under 3 under 1), 4 [46] (under 1), 8 [52], 9 [53..56].
+    With at most 13 tokens a pack: the prompt (4) + 40 41 (2) + 43 44 45 (3) + 47 (1) = 10, + 48 49 = 12;
+    4 would make 13: fits; 8 needs 42, 50 51, 52 (+4 = 17): a new pack 4 + 1 + 2 + 1 = 8, then 9 (+4 = 12)."""
+    tree = mcts_shaped()
+    assert group_leaves(tree, [4, 5, 6, 8, 9], None) == [[5, 6, 4, 8, 9]]
+    assert group_leaves(tree, [4, 5, 6, 8, 9], 13) == [[5, 6, 4], [8, 9]]
+    assert group_leaves(tree, [4, 5, 6, 8, 9], 5) == [[5], [6], [4], [8], [9]]  # each path alone is longer
+
+
+@pytest.mark.parametrize("pack_tokens", [None, 12])
 @pytest.mark.parametrize("shape", sorted(TREES))
-def test_logits_logprobs_entropies_and_values_equal_the_rows(models, model_dir, tmp_path, shape):
+def test_logits_logprobs_entropies_and_values_equal_the_rows(models, model_dir, tmp_path, shape, pack_tokens):
     policy, critic = models
-    batch = batch_from_trees(TREES[shape](), pad_token_id=0)
+    batch = batch_from_trees(TREES[shape](), pad_token_id=0, pack_tokens=pack_tokens)
     rows = list(range(len(batch)))
     # logits: row b's token t is predicted at row position t - 1, and at its predecessor when packed
     row_logits = policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # (B, L, V)
-    groups = list(batch.packs)
-    packed = collate([batch.packs[g] for g in groups], pad_token_id=0)
+    packed = collate(batch.packs, pad_token_id=0)
     hidden = policy.get_decoder()(input_ids=packed["input_ids"], position_ids=packed["position_ids"],
                                   attention_mask=mask_for(policy, packed["attention"], torch.float32)).last_hidden_state
     packed_logits = policy.lm_head(hidden)  # (G, N, V)
     for b in rows:
-        g = groups.index(int(batch.group[b]))
+        g = int(batch.row_pack[b])
         for t in range(1, int(batch.attention_mask[b].sum())):
             j = int(batch.packed_index[b, t])
             torch.testing.assert_close(packed_logits[g, packed["predecessor"][g, j]], row_logits[b, t - 1], **TOL)
@@ -163,7 +173,7 @@ def test_every_loss_aggregation_and_its_gradients_equal_the_rows(models, model_d
 def test_packing_puts_each_node_through_the_learner_once():
     batch = batch_from_trees([mcts_shaped()], pad_token_id=0)
     row_tokens = int(batch.attention_mask.sum())
-    packed_tokens = sum(len(p) for p in batch.packs.values())
+    packed_tokens = sum(len(p) for p in batch.packs)
     # rows: 5 leaves repeat the prompt (4) and their ancestors; packed: 4 + 2 + 1 + 3 + 1 + 1 + 2 + 2 + 1 + 4 tokens
     assert packed_tokens == 21 and row_tokens == 4 * 5 + (2 + 3 + 1) + (2 + 3 + 2) + (2 + 1) + (1 + 2 + 1) + (1 + 4)
 

@@ -1,0 +1,100 @@
+"""The tree-packed learner against the row-wise one on the demo's MCTS trees, side by side.
+
+    .venv/bin/python scripts/bench_packing.py                       # cold start first (~2-4 min)
+    .venv/bin/python scripts/bench_packing.py --model runs/demo/sft --no-doc
+
+One batch of trees is grown once with the demo's RL search settings (32 problems, MCTS with 8
+simulations of 2 candidate steps, steps of at most 16 tokens; the first iteration's verifier scorer),
+from the demo's cold-start model. Then the same learner update (the demo's: GRPO, 4 minibatches,
+engine log-probabilities, the value critic trained on the node values) runs on it packed and row by
+row, alternating, `--repeats` times each. Reported: the tokens that go through the learner's
+forward passes (row tokens against packed tokens), and the median CPU seconds of the update, with
+their ratios. One torch thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+PACK_CAPS = (256, 128, 64)
+"""Token caps of the packed layouts compared (`TrainConfig.pack_tokens`)."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="the demo's cold-start folder (default: run rl.cold_start first)")
+    parser.add_argument("--prompts", type=int, default=32, help="trees in the batch (the demo's rl_prompts)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed updates per layout")
+    parser.add_argument("--no-doc", action="store_true", help="print only; do not write docs/benchmarks.md")
+    args = parser.parse_args()
+
+    from tqdm import tqdm
+
+    from planner.logs import configure_logging
+    from planner.strategies import MCTSConfig
+    from rl.batch import batch_from_trees
+    from rl.cold_start import cold_start
+    from rl.config import CriticConfig, TrainConfig
+    from rl.learner import Learner
+    from rl.runtime import torch_settings
+    from rl.trainer import SearchTrainer
+    from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, load_arithmetic
+
+    configure_logging(False)
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-packing-") as tmp, torch_settings(threads=1):
+        model = args.model or str(cold_start(Path(tmp) / "sft", final_eval=False, progress=False).model_dir)
+        task = load_arithmetic(split="test")
+        config = TrainConfig(model=model, output_dir=str(Path(tmp) / "rl"), prompts_per_iteration=args.prompts,
+                             strategy="mcts", mcts=MCTSConfig(num_simulations=8, num_candidates=2,
+                                                              step_delimiter=STEP_DELIMITER, max_step_tokens=16,
+                                                              max_steps=8, temperature=1.0),
+                             minibatches=4, old_logprobs="engine", critic=CriticConfig(lr=1e-3), device="cpu",
+                             lr=1e-4)
+        problems = arithmetic_task(args.prompts, "medium", seed=1)
+        trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract)
+        trees, _ = trainer.grow_trees(problems, seed=0)
+        caps = {"rows": None, "one pack per tree": None, **{f"packs of <= {n} tokens": n for n in PACK_CAPS}}
+        batches = {name: batch_from_trees(trees, trainer.pad_id, pack_tokens=cap) for name, cap in caps.items()}
+        learners = {name: Learner(TrainConfig(**{**vars(config), "packing": name != "rows"})) for name in caps}
+        seconds = {name: [] for name in caps}
+        for r in tqdm(range(args.repeats), desc="updates"):
+            for name, learner in learners.items():
+                start = time.process_time()
+                learner.update(batches[name], iteration=r)
+                seconds[name].append(time.process_time() - start)
+    rows_tokens = int(batches["rows"].attention_mask.sum())
+    tokens = {name: rows_tokens if name == "rows" else sum(len(p) for p in b.packs) for name, b in batches.items()}
+    median = {name: statistics.median(s) for name, s in seconds.items()}
+    best = min((n for n in caps if n != "rows"), key=median.get)
+    verdict = lambda ok: "met" if ok else "NOT met"  # noqa: E731
+    from benchdoc import machine_line, update_section
+    body = "\n".join([
+        f"Command: `.venv/bin/python scripts/bench_packing.py` ({(time.perf_counter() - began) / 60:.1f} min).", "",
+        machine_line(), "",
+        f"The demo's RL trees: {args.prompts} arithmetic problems, MCTS with 8 simulations of 2 candidate steps from "
+        f"the demo's cold-start model ({len(batches['rows'])} root-to-leaf rows). The demo's learner update (GRPO, 4 "
+        f"minibatches of whole trees, engine log-probabilities, the value critic trained on node values) on the "
+        f"same trees, row by row and packed (one pack per tree, or packs cut at a token cap: `TrainConfig.pack_tokens`), "
+        f"alternating; median CPU seconds of {args.repeats} updates each, one torch thread.", "",
+        "| layout | tokens through the learner | vs rows | update CPU s (policy and critic) | vs rows |",
+        "|---|---:|---:|---:|---:|",
+        *[f"| {name} | {tokens[name]:,} | {tokens[name] / rows_tokens:.2f}x | {median[name]:.2f} | "
+          f"{median[name] / median['rows']:.2f}x |" for name in caps], "",
+        f"- Target, packed tokens <= 0.5x the rows': {verdict(tokens['one pack per tree'] <= 0.5 * rows_tokens)} "
+        f"({tokens['one pack per tree'] / rows_tokens:.2f}x with one pack per tree, the fewest tokens).",
+        f"- Target, packed learner time <= 0.6x the rows': {verdict(median[best] <= 0.6 * median['rows'])} "
+        f"({median[best] / median['rows']:.2f}x, the fastest layout: {best}).",
+        ""])
+    print(body)
+    if not args.no_doc:
+        print(f"written to {update_section('Tree-packed learner', body)}")
+
+
+if __name__ == "__main__":
+    main()
