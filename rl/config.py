@@ -151,6 +151,9 @@ class TrainConfig:
     engine_memory_fraction: float = 0.85
     """vLLM on GPU: the fraction of GPU memory the engine may take (gpu_memory_utilization); the rest is
     the learner's when both share one GPU. Ignored on CPU (the KV cache has a fixed size there)."""
+    engine_in_process: bool = False
+    """vLLM: run the engine in the trainer's process (no engine-core process): weight pushes hand the
+    tensors to the engine directly, on a GPU without a copy through CPU memory."""
     engine_sleep: bool = True
     """vLLM sharing the learner's GPU: sleep (level 1: weights to CPU, KV cache freed) during the
     learner phase, wake for the weight push. No effect on CPU or with the transformers engine."""

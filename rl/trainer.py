@@ -67,8 +67,11 @@ class SearchTrainer:
             engine_options = {"threads": config.threads}
             if config.backend == "hf":
                 engine_options["device"] = str(self.learner.device)
-            elif self.learner.device.type == "cuda":
-                engine_options["kv_cache_fraction"] = config.engine_memory_fraction
+            else:
+                engine_options["in_process"] = config.engine_in_process
+                if self.learner.device.type == "cuda":  # shares the learner's GPU
+                    engine_options.update(kv_cache_fraction=config.engine_memory_fraction,
+                                          sleep_mode=config.engine_sleep)
             self.engine = load_policy(config.model, backend=config.backend, dtype=config.engine_dtype,
                                       seed=config.seed, **engine_options)
         self.tokenizer = self.engine.tokenizer
@@ -160,7 +163,13 @@ class SearchTrainer:
                     for g in batch.group.unique()]
         if c.drop_zero_variance_groups:
             batch = self._drop_flat_groups(batch)
+        sleep_start = time.perf_counter()
+        self.engine.sleep()  # frees the engine's GPU memory for the learner (a no-op without a shared GPU)
+        sleep_seconds = time.perf_counter() - sleep_start
         metrics = self.learner.update(batch, i, greedy)
+        wake_start = time.perf_counter()
+        self.engine.wake_up()
+        sleep_seconds += time.perf_counter() - wake_start
         self.engine.load_weights(self.learner.weights())
         spent = self.engine.stats - engine_before
         metrics.update({
@@ -170,6 +179,7 @@ class SearchTrainer:
             "response_length": float(batch.response_mask.sum(-1).mean()),
             "zero_variance_groups": float(np.mean(zero_var)), "generated_tokens": spent.generated_tokens,
             "cached_prompt_tokens": spent.cached_prompt_tokens, "search_seconds": search_seconds,
+            "engine_sleep_seconds": sleep_seconds,
             "seconds": time.perf_counter() - start})
         self.iteration += 1
         self.logger.log(metrics)

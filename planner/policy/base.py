@@ -55,6 +55,13 @@ class Policy(ABC):
     def load_weights(self, named_tensors: NamedTensors) -> None:
         """Replace the model's weights in place (no restart) and drop any cached KV."""
 
+    def sleep(self) -> None:
+        """Free the accelerator memory the engine holds while a learner shares its device (the vLLM
+        backend on GPU); the next call wakes it. Default: nothing to free."""
+
+    def wake_up(self) -> None:
+        """Undo `sleep`. Default: nothing to do."""
+
     def close(self) -> None:
         """Free the engine. The policy is unusable afterwards."""
 

@@ -40,7 +40,12 @@ class VLLMPolicy(Policy):
     def __init__(self, model_path: str, *, dtype: str = "float32", seed: int = 0, kv_cache_fraction: float = 0.85,
                  kv_cache_gib: float | None = None,
                  enforce_eager: bool = True, max_model_len: int | None = None, threads: int | None = None,
-                 weight_sync: str = "iterator", **engine_kwargs) -> None:
+                 weight_sync: str = "iterator", in_process: bool = False, sleep_mode: bool = False,
+                 **engine_kwargs) -> None:
+        """in_process: run the engine in this process (vLLM V1's engine-core process off): a weight push
+        then hands the tensors to the worker directly, GPU tensors without a CPU copy (an engine
+        colocated with the learner on one GPU). sleep_mode: build the engine so that `sleep` frees its
+        GPU memory (vLLM sleep mode; GPU only)."""
         if weight_sync not in WEIGHT_SYNC_MODES:
             raise ValueError(f"weight_sync must be one of {WEIGHT_SYNC_MODES}; got {weight_sync!r}")
         if not 0 < kv_cache_fraction < 1:
@@ -50,6 +55,13 @@ class VLLMPolicy(Policy):
         # pushes send a pickled callable to the worker (see load_weights), and vLLM-CPU sizes its OpenMP
         # pool from OMP_NUM_THREADS. They are set for the engine's construction only (`environment`).
         engine_env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+        self.in_process = in_process
+        if in_process:
+            engine_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        self._can_sleep = sleep_mode and torch.cuda.is_available()
+        self._asleep = False
+        if self._can_sleep:
+            engine_kwargs["enable_sleep_mode"] = True
         if threads is not None:
             engine_env.update(OMP_NUM_THREADS=str(threads),
                               VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"))
@@ -90,6 +102,7 @@ class VLLMPolicy(Policy):
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
+        self.wake_up()
         # One seed per prompt, derived from the call's seed, so identical prompts in one call differ.
         seeds = np.random.SeedSequence(seed).generate_state(len(prompts)).tolist()
         request_params = [VLLMSamplingParams(
@@ -113,7 +126,10 @@ class VLLMPolicy(Policy):
     def load_weights(self, named_tensors: NamedTensors) -> None:
         """Push new weights into the running engine (no restart), then drop the stale prefix cache."""
         items = list(named_tensors.items() if hasattr(named_tensors, "items") else named_tensors)
-        items = [(name, t.detach().to("cpu").contiguous()) for name, t in items]
+        # An engine in another process gets the tensors pickled, from CPU memory; one in this process
+        # takes them as they are (on the GPU: no round trip through the CPU).
+        items = [(name, (t.detach() if self.in_process else t.detach().to("cpu")).contiguous()) for name, t in items]
+        self.wake_up()
         # This process reads VLLM_ALLOW_INSECURE_SERIALIZATION when it encodes the push and when it decodes
         # a utility call's reply (the engine process, started with it, sends replies typed for pickling;
         # without it here the reply is dropped and the call waits for ever): so it is set for the push
@@ -128,6 +144,22 @@ class VLLMPolicy(Policy):
                     save_file(dict(items), str(Path(folder) / "model.safetensors"))
                     self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
             self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory while a learner uses the GPU (vLLM sleep mode, level 1: weights
+        offloaded to CPU memory, KV cache dropped). A no-op on the CPU or without `sleep_mode`; the next
+        `generate` or `load_weights` wakes the engine."""
+        if self._can_sleep and not self._asleep:
+            with environment({"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}):
+                self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake_up(self) -> None:
+        """Undo `sleep` (a no-op when awake)."""
+        if self._asleep:
+            with environment({"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}):
+                self.llm.wake_up()
+            self._asleep = False
 
     def close(self) -> None:
         engine = getattr(self, "llm", None)
