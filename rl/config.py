@@ -132,6 +132,10 @@ class TrainConfig:
     together), each repeating the shared prompt. A pack of N tokens costs N^2 in attention though each
     token needs only its path, so on small models smaller packs are faster (docs/benchmarks.md,
     "Tree-packed learner"). None: one pack per tree."""
+    data_parallel: Literal["ddp", "fsdp"] = "ddp"
+    """Launched by torchrun over several ranks (rl/distributed.py): "ddp" keeps a full copy of each model
+    per rank and averages gradients; "fsdp" (FSDP2 `fully_shard`) shards parameters, gradients and
+    AdamW state over ranks, for models that do not fit one device. No effect in one process."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward instead of storing them (policy and critic): less memory,
     about one more forward of time."""
@@ -222,6 +226,8 @@ class TrainConfig:
                 raise ValueError("TrainConfig.tis_cap weighs tokens by pi_learner_old / pi_engine, so it needs "
                                  "old_logprobs='learner' (with 'engine' there is no learner log-probability to "
                                  "compare): set old_logprobs='learner' or tis_cap=None")
+        if self.data_parallel not in ("ddp", "fsdp"):
+            _fail("TrainConfig", "data_parallel", "one of ['ddp', 'fsdp']", self.data_parallel)
         if not 0 < self.engine_memory_fraction < 1:
             _fail("TrainConfig", "engine_memory_fraction", "a number in (0, 1)", self.engine_memory_fraction)
 

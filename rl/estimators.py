@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from rl import advantages as adv
+from rl import distributed
 from rl.kl import kl_penalized_rewards
-from rl.losses import masked_whiten
 
 __all__ = ["AdvantageInputs", "Advantages", "AdvantageEstimator", "ADVANTAGE_ESTIMATORS", "NEEDS_CRITIC",
            "estimate"]
@@ -135,19 +135,37 @@ def remax(inputs: AdvantageInputs) -> Tensor:
     return _per_group(adv.remax, inputs, greedy_rewards=lambda g: inputs.greedy_rewards[g:g + 1])
 
 
+def _batch_mean_std(values: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Mean and unbiased std of `values` (where `mask` is 1) over the whole batch: over every rank's
+    rows when the learner is data parallel (rl/distributed.py), so each rank normalises as one process
+    would. The std is 0 with fewer than two values."""
+    mask = torch.ones_like(values) if mask is None else mask.to(values.dtype)
+    count = distributed.all_sum(mask.sum())
+    total = distributed.all_sum((values * mask).sum())
+    mean = total / count.clamp(min=1)
+    squares = distributed.all_sum((((values - mean.to(values.dtype)) ** 2) * mask).sum())
+    std = (squares / (count - 1)).sqrt() if count > 1 else torch.zeros((), dtype=torch.float64)
+    return mean.to(values.dtype), std.to(values.dtype)
+
+
 @_sequence
 def reinforce_pp(inputs: AdvantageInputs) -> Tensor:
-    """REINFORCE++ (k = 1): returns whitened over the whole batch (`rl.advantages.reinforce_pp`)."""
-    return adv.reinforce_pp(inputs.sequence_rewards()[None])[0]
+    """REINFORCE++ (k = 1): returns whitened over the whole batch (`rl.advantages.reinforce_pp`; the
+    mean and std are the whole batch's, over every rank)."""
+    returns = inputs.sequence_rewards()  # (B,)
+    mean, std = _batch_mean_std(returns)
+    if std == 0:  # a batch whose returns are all equal carries no signal
+        return torch.zeros_like(returns)
+    return (returns - mean) / (std + adv.DEFAULT_STD_EPS)
 
 
 @_sequence
 def reinforce_pp_baseline(inputs: AdvantageInputs) -> Tensor:
     """REINFORCE++-baseline: r - group mean, divided by the batch std of the centred rewards
-    (`rl.advantages.reinforce_pp_baseline`, which takes equal groups; here groups may differ in size)."""
+    (`rl.advantages.reinforce_pp_baseline`, which takes equal groups; here groups may differ in size,
+    and the std is the whole batch's, over every rank)."""
     centred = _per_group(adv.dr_grpo, inputs)  # (B,) r - group mean; exactly 0 for flat groups
-    batch_std = centred.std() if centred.numel() > 1 else torch.zeros(())  # unbiased, as the paper
-    return centred / (batch_std + adv.DEFAULT_STD_EPS)
+    return centred / (_batch_mean_std(centred)[1] + adv.DEFAULT_STD_EPS)
 
 
 def reward_to_go(inputs: AdvantageInputs) -> Advantages:
@@ -164,7 +182,8 @@ def gae(inputs: AdvantageInputs) -> Advantages:
     mask = inputs.mask
     state_values = torch.nn.functional.pad(inputs.values[:, :-1], (1, 0))  # (B, L): V(s_t) = values[t - 1]
     advantages, returns = adv.gae(inputs.token_rewards(), state_values, mask, gamma=inputs.gamma, lam=inputs.lam)
-    advantages = masked_whiten(advantages, mask) * mask
+    mean, std = _batch_mean_std(advantages, mask)  # whitened over the whole batch's tokens (rl.losses.masked_whiten)
+    advantages = (advantages - mean) * torch.rsqrt(std**2 + 1e-8) * mask
     targets = torch.nn.functional.pad(returns[:, 1:], (0, 1))  # (B, L): the value at t - 1 regresses return t
     target_mask = torch.nn.functional.pad(mask[:, 1:], (0, 1))
     return Advantages(advantages, targets, target_mask)

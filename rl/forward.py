@@ -23,7 +23,8 @@ from torch.utils.checkpoint import checkpoint
 
 from rl.losses import entropy_from_logits, sequence_logprobs
 
-__all__ = ["token_logprobs", "packed_token_logprobs", "rows_from_packed", "supports_chunking"]
+__all__ = ["token_logprobs", "packed_token_logprobs", "rows_from_packed", "supports_chunking", "PolicyForward",
+           "ValueForward"]
 
 
 def supports_chunking(model) -> bool:
@@ -123,3 +124,33 @@ def _head(head: torch.nn.Linear, hidden: Tensor, targets: Tensor, entropy: str, 
         logps.append(logp)
         entropies.append(ent if entropy == "grad" else ent.detach())
     return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
+
+
+class PolicyForward(torch.nn.Module):
+    """A causal LM's per-token log-probabilities (and entropies) as one module, for rows
+    (`input_ids`, `attention_mask`) or packed trees (`rl.packing.collate`'s tensors): the module the
+    data-parallel wrappers (DDP, FSDP2) wrap, since they synchronise through a module's forward."""
+
+    def __init__(self, model, chunk_size: int | None = None) -> None:
+        super().__init__()
+        self.model, self.chunk_size = model, chunk_size
+
+    def forward(self, inputs: dict[str, Tensor], entropy: str = "none") -> tuple[Tensor, Tensor | None]:
+        if "predecessor" in inputs:
+            return packed_token_logprobs(self.model, inputs, entropy=entropy, chunk_size=self.chunk_size)
+        return token_logprobs(self.model, inputs["input_ids"], inputs["attention_mask"], entropy=entropy,
+                              chunk_size=self.chunk_size)
+
+
+class ValueForward(torch.nn.Module):
+    """A `ValueCritic`'s per-token values as one module (rows or packed trees), for the same reason."""
+
+    def __init__(self, critic) -> None:
+        super().__init__()
+        self.critic = critic
+        self.model = critic.model  # registered, so the wrappers see the parameters
+
+    def forward(self, inputs: dict[str, Tensor]) -> Tensor:
+        if "predecessor" in inputs:
+            return self.critic.packed_values(inputs)
+        return self.critic.token_values(inputs["input_ids"], inputs["attention_mask"])

@@ -36,9 +36,10 @@ from rl.batch import RolloutBatch
 from rl.config import TrainConfig
 from rl.critic import ValueCritic
 from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
-from rl.forward import packed_token_logprobs, rows_from_packed, token_logprobs
+from rl import distributed
+from rl.forward import PolicyForward, ValueForward, rows_from_packed
 from rl.kl import AdaptiveKLController, FixedKLController, kl
-from rl.losses import is_finite_loss, masked_mean, policy_loss, value_loss
+from rl.losses import is_finite_loss, policy_loss, value_loss
 from rl.mismatch import mismatch_metrics, tis_weights
 from rl.packing import collate, packing_support
 from rl.runtime import autocast, resolve_device
@@ -59,6 +60,12 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _layers(model) -> list[torch.nn.Module]:
+    """The transformer blocks of a Hugging Face model (FSDP2 shards each on its own), or none found."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "base_model", model)
+    return list(getattr(decoder, "layers", []))
+
+
 class Learner:
     """Policy, reference and critic with their optimizers; `update` learns from one batch of rows."""
 
@@ -71,16 +78,22 @@ class Learner:
         self.estimator = ADVANTAGE_ESTIMATORS[config.estimator]
         self.policy = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32).to(self.device)
         self._prepare(self.policy)
+        # Data parallel over torchrun's ranks (rl/distributed.py): the forward modules are what DDP/FSDP wrap.
+        self.policy_forward = distributed.wrap(PolicyForward(self.policy, config.logprob_chunk), config.data_parallel,
+                                               layers=_layers(self.policy))
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr)
-        self.reference = None
+        self.reference = self.reference_forward = None
         if config.uses_reference:
             self.reference = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32)
             self.reference.to(self.reference_device).eval().requires_grad_(False)
-        self.critic = self.critic_optimizer = None
+            self.reference_forward = PolicyForward(self.reference, config.logprob_chunk)
+        self.critic = self.critic_optimizer = self.critic_forward = None
         if config.critic.enabled:
             self.critic = ValueCritic.from_policy(config.model, device=str(self.device))
             self._prepare(self.critic.model)
             self.critic.model.eval()
+            self.critic_forward = distributed.wrap(ValueForward(self.critic), config.data_parallel,
+                                                   layers=_layers(self.critic.model))
             self.critic_optimizer = torch.optim.AdamW(self.critic.model.parameters(), lr=config.critic.lr)
         self.pad_id = self.policy.config.pad_token_id if self.policy.config.pad_token_id is not None else 0
         unsupported = packing_support(self.policy) if config.packing else "packing is off"
@@ -101,9 +114,48 @@ class Learner:
         """The forward passes' precision context (bfloat16 autocast, or nothing for float32)."""
         return autocast(device or self.device, self.config.dtype)
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        """The policy's weights, to push into the engine."""
-        return self.policy.state_dict()
+    def weights(self, model=None) -> dict[str, torch.Tensor]:
+        """The full weights of the policy (or `model`), to push into the engine or save. Sharded by FSDP
+        over several ranks they are gathered (a collective: every rank calls it) onto rank 0's CPU;
+        the other ranks get an empty dict."""
+        model = self.policy if model is None else model
+        if distributed.world_size() > 1 and self.config.data_parallel == "fsdp":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return model.state_dict()
+
+    def optimizer_states(self) -> tuple[dict, dict | None]:
+        """The policy's and the critic's AdamW state, whole (gathered under FSDP, like `weights`)."""
+        def whole(model, optimizer):
+            if optimizer is None:
+                return None
+            if distributed.world_size() > 1 and self.config.data_parallel == "fsdp":
+                from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+                return get_optimizer_state_dict(model, optimizer,
+                                                options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            return optimizer.state_dict()
+        return (whole(self.policy, self.optimizer),
+                whole(self.critic.model if self.critic else None, self.critic_optimizer))
+
+    def load_states(self, policy: dict, policy_optimizer: dict, critic: dict | None, critic_optimizer: dict | None) -> None:
+        """Restore whole weights and AdamW states (every rank passes the same ones); under FSDP each rank
+        keeps its shard."""
+        pairs = [(self.policy, self.optimizer, policy, policy_optimizer)]
+        if self.critic is not None:
+            pairs.append((self.critic.model, self.critic_optimizer, critic, critic_optimizer))
+        for model, optimizer, weights, state in pairs:
+            if distributed.world_size() > 1 and self.config.data_parallel == "fsdp":
+                from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                                     set_optimizer_state_dict)
+
+                options = StateDictOptions(full_state_dict=True)
+                set_model_state_dict(model, weights, options=options)
+                set_optimizer_state_dict(model, optimizer, state, options=options)
+            else:
+                model.load_state_dict(weights, strict=False)  # checked strictly by rl.checkpoint.load
+                optimizer.load_state_dict(state)
 
     # ---- rows in micro-batches ------------------------------------------------------------------
     def micro_batches(self, batch: RolloutBatch, rows: Sequence[int]) -> list[list[int]]:
@@ -131,37 +183,36 @@ class Learner:
             largest, count = max(largest, size), count + 1
         return out + [current]
 
-    def forward(self, model, batch: RolloutBatch, rows: list[int], device: torch.device, kind: str,
-                entropy: str = "none") -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """`rows`' per-token quantities in the row layout cut to their longest row: (values (b, width),
-        entropies or None, width). kind "logprobs": log-probabilities of the policy-like `model`;
-        "values": the critic's values (`model` is the ValueCritic). Packed (each tree's nodes once,
-        rl/packing.py) when `self.packed`, else row by row."""
+    def forward(self, module, batch: RolloutBatch, rows: list[int], device: torch.device,
+                entropy: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """`rows`' per-token quantities from a forward module (`policy_forward`, `reference_forward`:
+        log-probabilities, and entropies when `entropy` is "grad" or "log"; `critic_forward`: values)
+        in the row layout cut to their longest row: (values (b, width), entropies or None, width).
+        Packed (each tree's nodes once, rl/packing.py) when `self.packed`, else row by row."""
         width = int(batch.attention_mask[rows].sum(-1).max())
         with self.autocast(device):
             if self.packed:
                 used = list(dict.fromkeys(batch.row_pack[rows].tolist()))
-                packed = {k: v.to(device) for k, v in collate([batch.packs[p] for p in used], self.pad_id).items()}
+                inputs = {k: v.to(device) for k, v in collate([batch.packs[p] for p in used], self.pad_id).items()}
                 local = {p: k for k, p in enumerate(used)}
-                rows_group = torch.tensor([local[int(p)] for p in batch.row_pack[rows]], device=device)
+                rows_pack = torch.tensor([local[int(p)] for p in batch.row_pack[rows]], device=device)
                 index = batch.packed_index[rows, :width].to(device)
-                if kind == "values":
-                    return rows_from_packed(model.packed_values(packed), rows_group, index, False), None, width
-                logp, ent = packed_token_logprobs(model, packed, entropy=entropy, chunk_size=self.config.logprob_chunk)
-                return (rows_from_packed(logp, rows_group, index, True),
-                        rows_from_packed(ent, rows_group, index, True) if ent is not None else None, width)
-            ids, mask = batch.input_ids[rows, :width].to(device), batch.attention_mask[rows, :width].to(device)
-            if kind == "values":
-                return model.token_values(ids, mask), None, width
-            logp, ent = token_logprobs(model, ids, mask, entropy=entropy, chunk_size=self.config.logprob_chunk)
-            return logp, ent, width
+                gather = lambda x, first: rows_from_packed(x, rows_pack, index, first) if x is not None else None  # noqa: E731
+            else:
+                inputs = {"input_ids": batch.input_ids[rows, :width].to(device),
+                          "attention_mask": batch.attention_mask[rows, :width].to(device)}
+                gather = lambda x, first: x  # noqa: E731
+            if entropy is None:  # values
+                return gather(module(inputs), False), None, width
+            logp, ent = module(inputs, entropy=entropy)
+            return gather(logp, True), gather(ent, True), width
 
-    def per_token(self, model, batch: RolloutBatch, device: torch.device, kind: str = "logprobs") -> torch.Tensor:
+    def per_token(self, module, batch: RolloutBatch, device: torch.device, entropy: str | None = "none") -> torch.Tensor:
         """(B, L) `forward` over the whole batch in micro-batches, without gradient, on the CPU."""
         out = torch.zeros(batch.input_ids.shape)
         with torch.no_grad():
             for rows in self.micro_batches(batch, range(len(batch))):
-                values, _, width = self.forward(model, batch, rows, device, kind)
+                values, _, width = self.forward(module, batch, rows, device, entropy)
                 out[rows, :width] = values.float().cpu()
         return out
 
@@ -176,7 +227,7 @@ class Learner:
         kl_in_reward = c.kl_placement == "reward" and self.reference is not None
         if c.epochs == 1 and c.minibatches == 1 and not kl_in_reward and c.tis_cap is None:
             return None
-        return self.per_token(self.policy, batch, self.device)
+        return self.per_token(self.policy_forward, batch, self.device)
 
     def minibatches(self, batch: RolloutBatch, iteration: int, epoch: int) -> Iterator[list[int]]:
         """Row indices of each minibatch: whole groups (trees), shuffled per (iteration, epoch)."""
@@ -185,7 +236,7 @@ class Learner:
         for chunk in np.array_split(order, self.config.minibatches):
             chosen = {groups[j] for j in chunk}
             rows = [i for i, g in enumerate(batch.group.tolist()) if g in chosen]
-            if rows:
+            if rows or distributed.world_size() > 1:  # every rank steps as often as the others
                 yield rows
 
     def update(self, batch: RolloutBatch, iteration: int, greedy_rewards: torch.Tensor | None = None) -> dict:
@@ -196,9 +247,9 @@ class Learner:
             torch.cuda.reset_peak_memory_stats(self.device)
         old_logp = self._old_logprobs(batch)  # (B, L) or None (on-policy)
         behaviour = old_logp if old_logp is not None else batch.old_logprobs  # for the reward's KL only
-        ref_logp = (self.per_token(self.reference, batch, self.reference_device) if self.reference is not None
-                    else None)
-        old_values = (self.per_token(self.critic, batch, self.device, "values") if self.critic is not None
+        ref_logp = (self.per_token(self.reference_forward, batch, self.reference_device)
+                    if self.reference is not None else None)
+        old_values = (self.per_token(self.critic_forward, batch, self.device, entropy=None) if self.critic is not None
                       else torch.zeros_like(mask))  # (B, L)
         metrics: dict[str, float] = {}
         weights = tis_weights(old_logp, batch.old_logprobs, c.tis_cap) if c.tis_cap is not None else None  # (B, L)
@@ -212,13 +263,13 @@ class Learner:
         targets = out.value_targets if out.value_targets is not None else batch.token_values
         target_mask = out.value_mask if out.value_mask is not None else mask
         if self.critic is not None:  # error on this iteration's fresh (held-out) tree nodes, before training
-            metrics["critic_heldout_mse"] = float(masked_mean((old_values.clamp(0, 1) - batch.token_values) ** 2, mask))
+            metrics["critic_heldout_mse"] = _batch_mean((old_values.clamp(0, 1) - batch.token_values) ** 2, mask)
         loss_config = dataclasses.replace(c.loss, kl_coef=self.kl_controller.value if c.kl_placement == "loss" else 0.0)
         entropy_mode = "grad" if loss_config.entropy_coef != 0 else "log"
         sums: dict[str, list[float]] = {}
 
         def policy_part(rows: list[int], totals: dict):
-            logp, entropy, width = self.forward(self.policy, batch, rows, self.device, "logprobs", entropy_mode)
+            logp, entropy, width = self.forward(self.policy_forward, batch, rows, self.device, entropy_mode)
             pick = lambda x: x[rows, :width].to(self.device) if x is not None else None  # noqa: E731
             logp, micro_mask = logp.float(), pick(mask)
             if "engine_learner_logprob_gap" not in metrics:  # the learner before its first update
@@ -230,7 +281,7 @@ class Learner:
             return loss, m, float(micro_mask.sum())
 
         def critic_part(rows: list[int], totals: dict):
-            values, _, width = self.forward(self.critic, batch, rows, self.device, "values")
+            values, _, width = self.forward(self.critic_forward, batch, rows, self.device)
             pick = lambda x: x[rows, :width].to(self.device)  # noqa: E731
             loss, m = value_loss(values.float(), pick(old_values), pick(targets), pick(target_mask),
                                  clip_range=c.critic.clip_range, num_tokens=totals["num_tokens"])
@@ -238,25 +289,27 @@ class Learner:
 
         for epoch in range(c.epochs):
             for rows in self.minibatches(batch, iteration, epoch):
-                micro = self.micro_batches(batch, rows)
-                totals = {"num_tokens": float(mask[rows].sum()), "num_rows": len(rows)}
-                m = self._step(self.policy, self.optimizer, micro, lambda r: policy_part(r, totals), "policy",
+                micro = self.micro_batches(batch, rows) if rows else []
+                # normalised by the whole minibatch's counts over every rank (rl/distributed.py)
+                totals = {"num_tokens": float(distributed.all_sum(mask[rows].sum())),
+                          "num_rows": int(distributed.all_sum(len(rows)))}
+                m = self._step(self.policy_forward, self.optimizer, micro, lambda r: policy_part(r, totals), "policy",
                                iteration)
                 if self.critic is not None:
                     self.critic.model.train()
-                    m.update(self._step(self.critic.model, self.critic_optimizer, micro,
-                                        lambda r: critic_part(r, {"num_tokens": float(target_mask[rows].sum())}),
-                                        "critic", iteration))
+                    critic_totals = {"num_tokens": float(distributed.all_sum(target_mask[rows].sum()))}
+                    m.update(self._step(self.critic_forward, self.critic_optimizer, micro,
+                                        lambda r: critic_part(r, critic_totals), "critic", iteration))
                     self.critic.model.eval()
                 for k, v in m.items():
                     sums.setdefault(k, []).append(float(v))
         metrics.update({k: float(np.mean(v)) for k, v in sums.items()})
         if ref_logp is not None:
-            metrics["kl_to_reference"] = float(masked_mean(kl(behaviour, ref_logp, kind="k3"), mask))
-            self.kl_controller.update(metrics["kl_to_reference"], len(batch))
+            metrics["kl_to_reference"] = _batch_mean(kl(behaviour, ref_logp, kind="k3"), mask)
+            self.kl_controller.update(metrics["kl_to_reference"], int(distributed.all_sum(len(batch))))
         metrics["kl_coef"] = float(self.kl_controller.value)
         metrics["peak_memory_mb"] = peak_memory_mb(self.device)
-        return metrics
+        return distributed.mean_over_ranks(metrics)
 
     def _check_engine(self, learner_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor) -> dict:
         """The engine sampled with the weights the learner holds before its first update: the largest
@@ -270,28 +323,78 @@ class Learner:
         return {"engine_learner_logprob_gap": gap, **mismatch_metrics(learner_logp, engine_logp, mask,
                                                                       self.config.tis_cap)}
 
-    def _step(self, model, optimizer, micro_batches: list[list[int]], loss_of: Callable, what: str,
+    def _step(self, module, optimizer, micro_batches: list[list[int]], loss_of: Callable, what: str,
               iteration: int) -> dict:
         """One optimizer step over a minibatch: each micro-batch's loss (normalised by the minibatch's
         totals) is backpropagated in turn, so the gradients add up to the minibatch's. Skipped, with a
-        warning, when a loss or the gradient is not finite. Metrics: means weighted by trained tokens."""
+        warning, when a loss or the gradient is not finite (on any rank). Metrics: means weighted by
+        trained tokens.
+
+        Data parallel: every rank runs as many backward passes as the rank with the most micro-batches
+        (a rank with fewer pads with zero-weight passes over a row it has, or row 0), the gradients are
+        synchronised on the last one only (DDP's `no_sync`, FSDP2's `set_requires_gradient_sync`), and
+        each loss is scaled by the world size because the synchronisation averages over ranks."""
+        world = distributed.world_size()
+        passes = _max_over_ranks(len(micro_batches))
         optimizer.zero_grad()
-        sums, weight_total = {}, 0.0
-        for rows in micro_batches:
-            loss, m, weight = loss_of(rows)
-            if not is_finite_loss(loss):
-                log.warning("iteration %d: %s loss is %s; update skipped", iteration, what, loss.detach().item())
-                optimizer.zero_grad()
-                return {**m, f"{what}_skipped": 1.0}
-            loss.backward()
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * weight
+        sums, weight_total, finite = {}, 0.0, True
+        for k in range(passes):
+            rows = micro_batches[k] if k < len(micro_batches) else None
+            with _gradient_sync(module, last=k == passes - 1):
+                loss, m, weight = loss_of(rows if rows is not None else [0])
+                if rows is None:  # a pad pass: keeps this rank's collectives in step, adds nothing
+                    loss, weight = loss * 0.0, 0.0
+                if not is_finite_loss(loss):
+                    finite = False
+                    log.warning("iteration %d: %s loss is %s; update skipped", iteration, what, loss.detach().item())
+                (loss * world).backward()
+            for key, value in m.items():
+                sums[key] = sums.get(key, 0.0) + float(value) * weight
             weight_total += weight
         metrics = {k: v / max(weight_total, 1e-12) for k, v in sums.items()}
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.config.max_grad_norm)
+        if _max_over_ranks(0 if finite else 1):  # every rank takes part, so every rank skips together
+            optimizer.zero_grad()
+            return {**metrics, f"{what}_skipped": 1.0}
+        norm = torch.nn.utils.clip_grad_norm_(list(module.parameters()), self.config.max_grad_norm)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a sharded scalar
         if not torch.isfinite(norm):  # the total norm is NaN/inf whenever any gradient entry is
             log.warning("iteration %d: %s gradient is not finite; update skipped", iteration, what)
             optimizer.zero_grad()
             return {**metrics, f"{what}_skipped": 1.0}
         optimizer.step()
         return {**metrics, f"{what}_skipped": 0.0}
+
+
+def _max_over_ranks(value: int) -> int:
+    if distributed.world_size() == 1:
+        return value
+    import torch.distributed as dist
+
+    tensor = torch.tensor(value)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor)
+
+
+def _gradient_sync(module, last: bool):
+    """Synchronise gradients over ranks in this backward pass only when `last`."""
+    import contextlib
+
+    if last or distributed.world_size() == 1:
+        return contextlib.nullcontext()
+    if hasattr(module, "no_sync"):  # DDP
+        return module.no_sync()
+    if hasattr(module, "set_requires_gradient_sync"):  # FSDP2
+        @contextlib.contextmanager
+        def deferred():
+            module.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                module.set_requires_gradient_sync(True)
+        return deferred()
+    return contextlib.nullcontext()
+
+
+def _batch_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """The mean of `values` where `mask` is 1, over the whole batch (every rank's rows)."""
+    return float(distributed.all_sum((values * mask).sum()) / distributed.all_sum(mask.sum()).clamp(min=1))

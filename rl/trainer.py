@@ -29,7 +29,7 @@ from planner.scheduler import run_interleaved
 from planner.strategies import STRATEGIES, MCTSConfig
 from planner.strategies.common import complete
 from planner.tree import ROOT
-from rl import checkpoint
+from rl import checkpoint, distributed
 from rl.advantages import nonzero_variance_groups
 from rl.batch import RolloutBatch, batch_from_trees, reward_leaves
 from rl.config import TrainConfig
@@ -60,26 +60,49 @@ class SearchTrainer:
     def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, resume: bool = False) -> None:
         if not problems:
             raise ValueError("SearchTrainer needs at least one problem to train on")
+        distributed.init_from_environment()  # launched by torchrun: one learner rank per process
+        self.world = distributed.world_size()
+        if config.prompts_per_iteration % (self.world * config.minibatches):
+            raise ValueError(f"TrainConfig: prompts_per_iteration={config.prompts_per_iteration} trees cannot be shared "
+                             f"out evenly to {self.world} ranks x minibatches={config.minibatches}: pick a multiple of "
+                             f"{self.world * config.minibatches}, or launch another number of ranks")
+        if self.world > 1 and config.drop_zero_variance_groups:
+            raise ValueError("TrainConfig.drop_zero_variance_groups leaves ranks with unequal minibatches; it is not "
+                             "supported with more than one learner rank: set it to false or run one process")
         self.config, self.problems, self.reward_fn, self.extract = config, list(problems), reward_fn, extract
         self.iteration = 0
         with self._scope():
             self.learner = Learner(config)
-            engine_options = {"threads": config.threads}
-            if config.backend == "hf":
-                engine_options["device"] = str(self.learner.device)
-            else:
-                engine_options["in_process"] = config.engine_in_process
-                if self.learner.device.type == "cuda":  # shares the learner's GPU
-                    engine_options.update(kv_cache_fraction=config.engine_memory_fraction,
-                                          sleep_mode=config.engine_sleep)
-            self.engine = load_policy(config.model, backend=config.backend, dtype=config.engine_dtype,
-                                      seed=config.seed, **engine_options)
-        self.tokenizer = self.engine.tokenizer
+            self.engine = self._load_engine() if distributed.is_main() else None  # rank 0 searches
+        if self.engine is not None:
+            self.tokenizer = self.engine.tokenizer
+        else:
+            from transformers import AutoTokenizer
+            self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if resume and checkpoint.exists(config.output_dir):
             self.iteration = checkpoint.load(config.output_dir, self.learner)
-            self.engine.load_weights(self.learner.weights())
-        self.logger = MetricsLogger(config.output_dir, resume_from=self.iteration if resume else None)
+            self._push()
+        self.logger = (MetricsLogger(config.output_dir, resume_from=self.iteration if resume else None)
+                       if distributed.is_main() else None)
+
+    def _load_engine(self):
+        c = self.config
+        options = {"threads": c.threads}
+        if c.backend == "hf":
+            options["device"] = str(self.learner.device)
+        else:
+            options["in_process"] = c.engine_in_process
+            if self.learner.device.type == "cuda":  # shares the learner's GPU
+                options.update(kv_cache_fraction=c.engine_memory_fraction, sleep_mode=c.engine_sleep)
+        return load_policy(c.model, backend=c.backend, dtype=c.engine_dtype, seed=c.seed, **options)
+
+    def _push(self) -> None:
+        """The learner's weights into the engine (gathered on every rank, pushed by rank 0)."""
+        weights = self.learner.weights()
+        if self.engine is not None:
+            self.engine.wake_up()
+            self.engine.load_weights(weights)
 
     def _scope(self, *seed_parts: int):
         """Torch's threads, determinism and (per iteration) RNG while the trainer works; restored after."""
@@ -150,53 +173,74 @@ class SearchTrainer:
         with self._scope(self.iteration, 3):
             return self._iteration()
 
-    def _iteration(self) -> dict:
-        c, i = self.config, self.iteration
+    def _search_phase(self, i: int) -> tuple[list, dict]:
+        """Rank 0: grow and reward the iteration's trees; returns them with the search's own metrics."""
+        c = self.config
         start = time.perf_counter()
         problems = self.problems_for(i)
         engine_before = self.engine.stats.copy()
         trees, results = self.grow_trees(problems, derived_seed(c.seed, i, 1))
         greedy = self.greedy_rewards(problems) if c.estimator == "remax" else None
-        search_seconds = time.perf_counter() - start
+        spent = self.engine.stats - engine_before
+        return trees, {
+            "greedy": greedy,
+            "pass_rate": float(np.mean([self.reward_fn(r.text, p) > 0.5 for r, p in zip(results, problems)])),
+            "tree_nodes": float(np.mean([len(t) for t in trees])), "generated_tokens": spent.generated_tokens,
+            "cached_prompt_tokens": spent.cached_prompt_tokens, "search_seconds": time.perf_counter() - start}
+
+    def _iteration(self) -> dict:
+        c, i = self.config, self.iteration
+        start = time.perf_counter()
+        share = None
+        if distributed.is_main():
+            trees, searched = self._search_phase(i)
+            per_rank = len(trees) // self.world  # each rank gets whole trees (and their greedy rewards)
+            greedy = searched.pop("greedy")
+            share = [(trees[r * per_rank:(r + 1) * per_rank],
+                      greedy[r * per_rank:(r + 1) * per_rank] if greedy is not None else None) for r in range(self.world)]
+        trees, greedy = distributed.scatter_objects(share)
         batch = batch_from_trees(trees, self.pad_id, pack_tokens=c.pack_tokens)
-        zero_var = [float(not nonzero_variance_groups(batch.rewards[batch.group == g][None])[0])
-                    for g in batch.group.unique()]
+        flat = [float(not nonzero_variance_groups(batch.rewards[batch.group == g][None])[0]) for g in batch.group.unique()]
         if c.drop_zero_variance_groups:
             batch = self._drop_flat_groups(batch)
-        sleep_start = time.perf_counter()
-        self.engine.sleep()  # frees the engine's GPU memory for the learner (a no-op without a shared GPU)
-        sleep_seconds = time.perf_counter() - sleep_start
+        sleep_seconds = time.perf_counter()
+        if self.engine is not None:
+            self.engine.sleep()  # frees the engine's GPU memory for the learner (a no-op without a shared GPU)
+        sleep_seconds = time.perf_counter() - sleep_seconds
         metrics = self.learner.update(batch, i, greedy)
-        wake_start = time.perf_counter()
-        self.engine.wake_up()
-        sleep_seconds += time.perf_counter() - wake_start
-        self.engine.load_weights(self.learner.weights())
-        spent = self.engine.stats - engine_before
+        wake = time.perf_counter()
+        if self.engine is not None:
+            self.engine.wake_up()
+        sleep_seconds += time.perf_counter() - wake
+        self._push()
+        rows = distributed.all_sum(len(batch))
         metrics.update({
-            "iteration": i, "reward_mean": float(batch.rewards.mean()),
-            "pass_rate": float(np.mean([self.reward_fn(r.text, p) > 0.5 for r, p in zip(results, problems)])),
-            "trajectories": len(batch), "tree_nodes": float(np.mean([len(t) for t in trees])),
-            "response_length": float(batch.response_mask.sum(-1).mean()),
-            "zero_variance_groups": float(np.mean(zero_var)), "generated_tokens": spent.generated_tokens,
-            "cached_prompt_tokens": spent.cached_prompt_tokens, "search_seconds": search_seconds,
-            "engine_sleep_seconds": sleep_seconds,
-            "seconds": time.perf_counter() - start})
+            "iteration": i, "reward_mean": float(distributed.all_sum(batch.rewards.sum()) / rows),
+            "trajectories": int(rows), "response_length": float(distributed.all_sum(batch.response_mask.sum()) / rows),
+            "zero_variance_groups": float(distributed.all_sum(sum(flat)) / distributed.all_sum(len(flat)))})
         self.iteration += 1
-        self.logger.log(metrics)
+        if distributed.is_main():
+            metrics.update(searched)
+            metrics.update({"engine_sleep_seconds": sleep_seconds, "seconds": time.perf_counter() - start})
+            self.logger.log(metrics)
         if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
-            checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration)
+            checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration)  # every rank: rank 0 writes
         return metrics
 
     def run(self, progress: bool = True) -> list[dict]:
+        """Iterate to `config.iterations`; returns each iteration's metrics (rank 0 logs them; every rank
+        returns its own view, the learner's metrics averaged over ranks)."""
         from tqdm import tqdm
 
         history = []
-        bar = tqdm(total=self.config.iterations, initial=self.iteration, desc="search-train", disable=not progress)
+        bar = tqdm(total=self.config.iterations, initial=self.iteration, desc="search-train",
+                   disable=not progress or not distributed.is_main())
         while self.iteration < self.config.iterations:
             metrics = self.step()
             history.append(metrics)
-            bar.set_postfix(reward=f"{metrics['reward_mean']:.2f}", passed=f"{metrics['pass_rate']:.2f}")
+            bar.set_postfix(reward=f"{metrics['reward_mean']:.2f}", passed=f"{metrics.get('pass_rate', 0.0):.2f}")
             bar.update(1)
         bar.close()
-        self.logger.close()
+        if self.logger is not None:
+            self.logger.close()
         return history

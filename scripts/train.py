@@ -3,6 +3,7 @@
     python scripts/train.py --model runs/demo/sft --task arithmetic --iterations 20 --strategy mcts \
         --mcts.num_simulations 8 --mcts.step_delimiter $'\n'
     python scripts/train.py --model runs/demo/sft --task arithmetic --output_dir runs/x --resume
+    torchrun --nproc_per_node 2 scripts/train.py --model runs/demo/sft --task arithmetic   # 2 learner ranks
 
 Every TrainConfig option below can be given; the search settings are the planner's own
 (--best_of_n.*, --beam.*, --dvts.*, --mcts.*: the one named by --strategy is used). `--resume`
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = task.problems[: args.limit] if args.limit else task.problems
     trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract, resume=args.resume)
     history = trainer.run(progress=not args.quiet)
-    if history:
+    from rl import distributed
+    if history and distributed.is_main():
         last = history[-1]
         print(f"iteration {last['iteration']}: reward {last['reward_mean']:.3f}, pass rate {last['pass_rate']:.3f}; "
               f"metrics in {Path(config.output_dir) / 'metrics.jsonl'}")

@@ -19,7 +19,7 @@ from planner.tree import ROOT, SearchTree
 from rl.batch import batch_from_trees
 from rl.config import CriticConfig, TrainConfig
 from rl.critic import ValueCritic
-from rl.forward import token_logprobs
+from rl.forward import PolicyForward, ValueForward, token_logprobs
 from rl.learner import Learner
 from rl.losses import AGGREGATIONS, PolicyLossConfig, policy_loss, value_loss
 from rl.packing import collate, group_leaves, mask_for, pack_tree
@@ -131,13 +131,12 @@ def test_logits_logprobs_entropies_and_values_equal_the_rows(models, model_dir, 
             j = int(batch.packed_index[b, t])
             torch.testing.assert_close(packed_logits[g, packed["predecessor"][g, j]], row_logits[b, t - 1], **TOL)
     on, off = learner(model_dir, tmp_path, True), learner(model_dir, tmp_path, False)
-    on.policy, off.policy, on.critic, off.critic = policy, policy, critic, critic
-    for kind, model in (("logprobs", policy), ("values", critic)):
-        packed_out, packed_entropy, width = on.forward(model, batch, rows, on.device, kind, entropy="log")
-        row_out, row_entropy, _ = off.forward(model, batch, rows, off.device, kind, entropy="log")
+    for module, entropy in ((PolicyForward(policy), "log"), (ValueForward(critic), None)):
+        packed_out, packed_entropy, width = on.forward(module, batch, rows, on.device, entropy)
+        row_out, row_entropy, _ = off.forward(module, batch, rows, off.device, entropy)
         mask = batch.attention_mask[:, :width].bool()
         torch.testing.assert_close(packed_out[mask], row_out[mask], **TOL)
-        if kind == "logprobs":
+        if entropy is not None:
             torch.testing.assert_close(packed_entropy[mask], row_entropy[mask], **TOL)
 
 
@@ -151,14 +150,13 @@ def test_every_loss_aggregation_and_its_gradients_equal_the_rows(models, model_d
     results = []
     for packing in (True, False):
         run = learner(model_dir, tmp_path, packing)
-        run.policy, run.critic = policy, critic
         policy.zero_grad()
         critic.model.zero_grad()
-        logp, entropy, width = run.forward(policy, batch, rows, run.device, "logprobs", entropy="grad")
+        logp, entropy, width = run.forward(PolicyForward(policy), batch, rows, run.device, "grad")
         mask = batch.response_mask[:, :width]
         old = batch.old_logprobs[:, :width]
         loss, _ = policy_loss(logp, old, advantages[:, :width] * mask, mask, config, entropy=entropy)
-        values, _, _ = run.forward(critic, batch, rows, run.device, "values")
+        values, _, _ = run.forward(ValueForward(critic), batch, rows, run.device)
         v_loss, _ = value_loss(values, torch.full_like(values, 0.5), batch.token_values[:, :width], mask)
         (loss + v_loss).backward()
         grads = torch.cat([p.grad.flatten() for p in [*policy.parameters(), *critic.model.parameters()]])
@@ -196,7 +194,7 @@ def test_a_model_without_position_ids_falls_back_to_rows(tmp_path, caplog):
                                   critic=CriticConfig(enabled=False)))
     assert not run.packed and "tree packing is not supported for this model" in caplog.text
     batch = batch_from_trees([mcts_shaped()], pad_token_id=0)
-    logp, _, width = run.forward(run.policy, batch, list(range(len(batch))), run.device, "logprobs")
+    logp, _, width = run.forward(run.policy_forward, batch, list(range(len(batch))), run.device, "none")
     expected, _ = token_logprobs(run.policy, batch.input_ids[:, :width], batch.attention_mask[:, :width])
     torch.testing.assert_close(logp, expected, **TOL)
 
