@@ -175,5 +175,5 @@ class _StopChecker:
         if not chunk:  # nothing new to read yet (a partial character, or a skipped special token)
             return False
         text = self.tails[row] + chunk
-        self.tails[row] = text[len(text) - self.keep:] if self.keep else ""
+        self.tails[row] = text[-self.keep:] if self.keep else ""
         return any(s in text for s in self.stops)
