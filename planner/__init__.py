@@ -2,7 +2,8 @@
 
 from planner.budget import Budget, ComputeRecord
 from planner.policy import ComputeStats, Policy, Sample, SamplingParams, load_policy
-from planner.scorers import AGGREGATIONS, ModelScorer, MonteCarloScorer, OutcomeScorer, Scorer, VerifierOracleScorer
+from planner.scorers import (AGGREGATIONS, ConfidenceScorer, ModelScorer, MonteCarloScorer, OutcomeScorer, Scorer,
+                             VerifierOracleScorer)
 from planner.solve import Solution, solve, solve_batch
 from planner.strategies import (CONFIGS, STRATEGIES, BeamConfig, BestOfNConfig, BudgetForcingConfig, DVTSConfig,
                                 MCTSConfig, SearchResult)
@@ -12,6 +13,7 @@ __all__ = [
     "load_policy", "Policy", "Sample", "SamplingParams", "ComputeStats",
     "SearchTree", "Trajectory", "ROOT", "NO_PARENT",
     "STRATEGIES", "CONFIGS", "BestOfNConfig", "BeamConfig", "DVTSConfig", "MCTSConfig", "BudgetForcingConfig",
-    "SearchResult", "Scorer", "ModelScorer", "MonteCarloScorer", "OutcomeScorer", "VerifierOracleScorer",
+    "SearchResult", "Scorer", "ModelScorer", "ConfidenceScorer", "MonteCarloScorer", "OutcomeScorer",
+    "VerifierOracleScorer",
     "AGGREGATIONS", "Budget", "ComputeRecord", "solve", "solve_batch", "Solution",
 ]

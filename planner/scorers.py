@@ -33,7 +33,8 @@ from planner.budget import Spend, largest
 from planner.policy.types import ComputeStats, SamplingParams
 from planner.scheduler import SearchView
 
-__all__ = ["Scorer", "ModelScorer", "OutcomeScorer", "MonteCarloScorer", "VerifierOracleScorer",
+__all__ = ["Scorer", "ModelScorer", "ConfidenceScorer", "RandomScorer", "OutcomeScorer", "MonteCarloScorer",
+           "VerifierOracleScorer",
            "AGGREGATIONS", "aggregate"]
 
 
@@ -63,13 +64,16 @@ class Scorer(ABC):
     """True when the scorer reads the reference answer (training only)."""
     num_parameters: int = 0
     """Parameters of the scorer's own model, for FLOPs (0 when it runs none)."""
+    uses_step_logprobs: bool = False
+    """True when `_score` reads the behaviour log-probabilities of each prefix's last step (passed as
+    `step_logprobs`): what the engine returned while sampling it, free to read."""
 
     def __init__(self) -> None:
         self.stats = ComputeStats()
 
     def score(self, prefixes: Sequence[Sequence[int]], *, prompt_len: int | None = None,
-              finished: Sequence[bool] | None = None,
-              affordable: Callable[[Spend], bool] | None = None) -> list[float]:
+              finished: Sequence[bool] | None = None, affordable: Callable[[Spend], bool] | None = None,
+              step_logprobs: Sequence[Sequence[float]] | None = None) -> list[float]:
         prefixes = [list(map(int, p)) for p in prefixes]
         finished = [False] * len(prefixes) if finished is None else [bool(f) for f in finished]
         if len(finished) != len(prefixes):
@@ -78,7 +82,13 @@ class Scorer(ABC):
             return []
         self._fit(prefixes, prompt_len, finished, affordable)
         start = time.perf_counter()
-        values = [float(v) for v in self._score(prefixes, prompt_len, finished)]
+        extra = {}
+        if self.uses_step_logprobs:
+            if step_logprobs is None or len(step_logprobs) != len(prefixes):
+                raise ValueError(f"{type(self).__name__} reads each prefix's last-step log-probabilities: pass "
+                                 "step_logprobs (one list per prefix; planner.strategies.common.evaluate does)")
+            extra["step_logprobs"] = [list(map(float, lp)) for lp in step_logprobs]
+        values = [float(v) for v in self._score(prefixes, prompt_len, finished, **extra)]
         self.stats.seconds += time.perf_counter() - start
         self.stats.calls += 1
         self.stats.prompt_tokens += sum(len(p) for p in prefixes)
@@ -192,6 +202,47 @@ class ModelScorer(Scorer):
         raw = logits[torch.arange(len(batch), device=self.device), last]  # (B,)
         value = torch.sigmoid(raw) if self.squash == "sigmoid" else raw.clamp(0.0, 1.0)
         return value.tolist()
+
+
+# ---- the policy's own confidence ----------------------------------------------------------------
+class ConfidenceScorer(Scorer):
+    """The policy's confidence in a prefix's last step: exp(mean log-probability of the step's sampled
+    tokens), the geometric mean of their probabilities, in (0, 1]. The engine returned those
+    log-probabilities while sampling the step, so this scorer runs no model and costs no FLOPs; it is
+    the free baseline a learned value must beat (length-normalised, as MCTS's priors are).
+    A step without tokens gets `empty_value`."""
+
+    uses_step_logprobs = True
+
+    def __init__(self, empty_value: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= empty_value <= 1.0:
+            raise ValueError(f"empty_value must be in [0, 1]; got {empty_value!r}")
+        self.empty_value = empty_value
+
+    def least_spend(self, lengths, finished, prompt) -> Spend:
+        return Spend()
+
+    def _score(self, prefixes, prompt_len, finished, step_logprobs):
+        return [math.exp(sum(lp) / len(lp)) if lp else self.empty_value for lp in step_logprobs]
+
+
+class RandomScorer(Scorer):
+    """Uniform random values (seeded per search by `reset`): the floor a value must beat (0.5 sibling
+    accuracy in expectation)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self.reset(seed)
+
+    def least_spend(self, lengths, finished, prompt) -> Spend:
+        return Spend()
+
+    def reset(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def _score(self, prefixes, prompt_len, finished):
+        return self._rng.random(len(prefixes)).tolist()
 
 
 # ---- an outcome reward: a function of the finished text -----------------------------------------

@@ -168,7 +168,8 @@ def evaluate(tree: SearchTree, nodes: Sequence[int], scorer, terminal_reward: Ca
         return []
     values = scorer.score([tree.prefix_ids(n) for n in nodes], prompt_len=len(tree.prompt_ids),
                           finished=[tree[n].terminal for n in nodes],
-                          affordable=meter.affords if meter is not None else None)
+                          affordable=meter.affords if meter is not None else None,
+                          step_logprobs=[tree[n].logprobs for n in nodes])
     for n, v in zip(nodes, values):
         tree[n].score = v
     if terminal_reward is not None:
