@@ -11,6 +11,7 @@ pass@k is what they can win. `pass_rates` measures pass@1 (with its interval) an
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -81,8 +82,13 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
                target_pass_range: tuple[float, float] = (0.3, 0.6), max_minutes: float = 5.0,
                config: SFTConfig | None = None, hidden_size: int = 128, num_layers: int = 4, num_heads: int = 4,
                num_train: int = 20_000, eval_problems: int = 128, eval_samples: int = 2, final_eval: bool = True,
-               final_samples: int = 8, seed: int = 0, progress: bool = True) -> ColdStartResult:
+               final_samples: int = 8, self_correction: float = 0.0, seed: int = 0,
+               progress: bool = True) -> ColdStartResult:
     """Build a small Llama for the arithmetic task and SFT it on gold traces until it is partly skilled.
+
+    self_correction: the fraction of training traces that are s1-style self-correction traces (a first
+    pass with a slip, "Wait", the correct pass; `verifiers.arithmetic.self_correction_solution`), so
+    that budget forcing's "Wait" means something to the model.
 
     Every `config.eval_every` steps (default `COLD_START_SFT`) the sampled (T=1) pass@1 on a fixed
     held-out set of `eval_problems` problems (`eval_samples` samples each) is measured; training
@@ -94,9 +100,11 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
     from planner.policy.hf import HFPolicy
     from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
     from transformers import AutoModelForCausalLM
-    from verifiers.arithmetic import ARITHMETIC_ALPHABET, SPLITS, arithmetic_task
+    from verifiers.arithmetic import ARITHMETIC_ALPHABET, SPLITS, arithmetic_task, self_correction_solution
     from verifiers.tasks import reward
 
+    if not 0.0 <= self_correction <= 1.0:
+        raise ValueError(f"self_correction must be a fraction in [0, 1]; got {self_correction!r}")
     low, high = target_pass_range
     if not 0 <= low <= high <= 1:
         raise ValueError(f"target_pass_range must be (low, high) with 0 <= low <= high <= 1; got {target_pass_range!r}")
@@ -108,7 +116,11 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
         held_out = arithmetic_task(eval_problems, difficulty, seed=SPLITS["test"][1] + seed)
         held_out_questions = {p.question for p in held_out}
         train = [p for p in arithmetic_task(num_train, difficulty, seed=seed) if p.question not in held_out_questions]
-        max_tokens = max(len(p.meta["solution"]) for p in held_out) + 8  # one token per character, + slack
+        # one token per character, + slack; a self-correcting trace writes up to two passes
+        max_tokens = (2 if self_correction else 1) * max(len(p.meta["solution"]) for p in held_out) + 8
+        traces = random.Random(seed)  # which traces correct themselves, and how
+        pairs = [(p.question, self_correction_solution(p, traces) if traces.random() < self_correction
+                  else p.meta["solution"]) for p in train]
         output_dir = Path(output_dir)
         build_tiny_llama(output_dir, alphabet=ARITHMETIC_ALPHABET, hidden_size=hidden_size, num_layers=num_layers,
                          num_heads=num_heads, seed=seed)
@@ -123,7 +135,7 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
             rates = pass_rates(policy_of(model), held_out, reward, n=eval_samples, max_tokens=max_tokens, seed=seed)
             return {"pass@1": rates["pass@1"]}
 
-        result = train_sft(model, [(p.question, p.meta["solution"]) for p in train], config, tokenizer=tokenizer,
+        result = train_sft(model, pairs, config, tokenizer=tokenizer,
                            output_dir=output_dir, eval_fn=evaluate, should_stop=lambda m: m["pass@1"] >= low)
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
         last = result.history[-1]["pass@1"] if result.history else 0.0

@@ -125,6 +125,31 @@ def make_problem(a: int, op: str, b: int, id: str | None = None) -> Problem:
                    task="arithmetic", meta={"a": a, "op": op, "b": b, "steps": steps, "solution": solution})
 
 
+WAIT = "Wait"
+"""The word that opens a second pass in a self-correction trace (s1's budget-forcing word)."""
+
+
+def self_correction_solution(problem: Problem, rng: random.Random) -> str:
+    """An s1-style self-correction trace (Muennighoff et al. 2025): a first pass over the column steps
+    in which one step's result is off by one to nine (a slip the checker `check_steps` catches), then
+    "Wait", then the whole correct pass, then the answer:
+
+        <think>7+9=16\n4+8+1=14\nWait\n7+9=16\n4+8+1=13\n3+5+1=9\n</think>936
+
+    Trained on such traces, a model reads "Wait" as "check the work again", so a budget-forced "Wait"
+    (suppressing the end of thinking) buys a second, repairing pass. The first pass stops at its slip:
+    later steps would depend on it.
+    """
+    steps = problem.meta["steps"]
+    wrong = rng.randrange(len(steps))
+    lhs, result = steps[wrong].rsplit("=", 1)
+    slipped = int(result) + rng.choice([d for d in range(-9, 10) if d and int(result) + d >= 0])
+    first_pass = steps[:wrong] + [f"{lhs}={slipped}"]
+    answer = problem.reference
+    return (THINK_OPEN + "".join(x + STEP_DELIMITER for x in first_pass) + WAIT + STEP_DELIMITER
+            + "".join(x + STEP_DELIMITER for x in steps) + THINK_CLOSE + answer)
+
+
 def arithmetic_task(n: int, difficulty: str | Difficulty = "medium", seed: int = 0) -> list[Problem]:
     """`n` problems drawn from `difficulty` with `random.Random(seed)`: the same seed, the same problems.
 
