@@ -70,7 +70,7 @@ class SearchTrainer:
             elif self.learner.device.type == "cuda":
                 engine_options["kv_cache_fraction"] = config.engine_memory_fraction
             self.engine = load_policy(config.model, backend=config.backend, dtype=config.engine_dtype,
-                                      seed=config.seed, **engine_options)
+                                      seed=config.seed, replicas=config.engine_replicas, **engine_options)
         self.tokenizer = self.engine.tokenizer
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if resume and checkpoint.exists(config.output_dir):
