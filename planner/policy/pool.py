@@ -67,9 +67,10 @@ class PoolConfig:
     route_prefix_tokens: int | None = None
     """None: route a prompt by the chat prompt it extends (planner.policy.routing); an integer K: by its
     first K tokens (for prompts whose first turn is shared, e.g. few-shot turns)."""
-    balance_slack: float = 0.1
+    balance_slack: float = 0.25
     """A replica takes at most (1 + slack) x its even share of a call's prompts; trees beyond that
-    move to their next replica (0: even split, more cache misses; large: pure prefix affinity)."""
+    move to their next replica (0: even split, more cache misses; large: pure prefix affinity; measured
+    in docs/benchmarks.md, "Engine pool")."""
     start_timeout_s: float = 900.0
     """Seconds to wait for the replicas' resources and for a replica to (re)start its engine."""
 
@@ -236,8 +237,8 @@ class EnginePool(Policy):
         import ray
 
         items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
-        items = [(name, t.detach().to("cpu", copy=True).contiguous()) for name, t in items]
-        self._weights_ref = ray.put(items)  # one copy in the object store, for every replica and any restart
+        items = [(name, t.detach().to("cpu").contiguous()) for name, t in items]
+        self._weights_ref = ray.put(items)  # copied into the object store now: for every replica and any restart
         self.weights_version += 1
         push = lambda r: self._actors[r].load_weights.remote(self._weights_ref, self.weights_version)  # noqa: E731
         self._gather({r: push(r) for r in range(self.replicas)}, "load_weights", retry=push)

@@ -38,10 +38,20 @@ DEFAULT_PREFIX_TOKENS = 32
 """Tokens keying a prompt that has no chat prompt in it (see the module docstring)."""
 
 
+QUESTION_PAIRS = (("x", "y"), ("0", "1"), ("a", "b"), ("+", "-"))
+"""One-character questions whose chat prompts are compared; the first pair the tokenizer encodes
+differently counts (a small vocabulary may drop unknown characters)."""
+
+
 def generation_suffix(encode_prompt: Callable[[str], list[int]]) -> tuple[int, ...]:
     """The token ids every chat prompt ends with: the longest common suffix of two chat prompts whose
-    questions differ in their last character. Empty when the prompts share no suffix (no template)."""
-    a, b = encode_prompt("x"), encode_prompt("y")
+    one-character questions differ. Empty when they share none (no chat template)."""
+    for x, y in QUESTION_PAIRS:
+        a, b = encode_prompt(x), encode_prompt(y)
+        if a != b:
+            break
+    else:
+        return ()
     length = 0
     while length < min(len(a), len(b)) and a[-1 - length] == b[-1 - length]:
         length += 1
