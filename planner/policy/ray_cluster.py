@@ -68,7 +68,8 @@ def connect(address: str | None) -> bool:
     if not address and os.environ.get("RAY_ADDRESS"):
         address = os.environ["RAY_ADDRESS"]
         _probe(address)
-    verbose = logging.getLogger("ray").isEnabledFor(logging.INFO)
+    verbose = logging.getLogger().isEnabledFor(logging.INFO)  # planner.logs.configure_logging's choice (importing
+    # ray resets ray's own logger, so that one cannot tell): the replicas' output is shown only when verbose
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=verbose,
                  logging_level=logging.INFO if verbose else logging.WARNING)
