@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchdoc import machine_line, update_section  # scripts/ is on the path when a script runs
+
 
 ESTIMATE_REPLICAS = (1, 2, 4, 8, 16, 32)
 LOCALITY_ROUTES = {"the rule, slack 0.25 (default)": {}, "the rule, slack 0.1": {"balance_slack": 0.1},
@@ -87,8 +89,8 @@ def call_seconds(policy, prompts) -> float:
     return statistics.median(times)
 
 
-def mcts_cache_hits(policy, weights, problems: list[str], seed: int) -> float:
-    """Cache-hit fraction of MCTS over the problems (searched together), from an empty prefix cache."""
+def mcts_run(policy, weights, problems: list[str], seed: int):
+    """Compute (`ComputeStats`) of MCTS over the problems (searched together), from an empty prefix cache."""
     from bench_search import HashScorer  # a value per prefix from its hash: no scorer model to time
 
     from planner.solve import solve_batch
@@ -96,31 +98,33 @@ def mcts_cache_hits(policy, weights, problems: list[str], seed: int) -> float:
     policy.load_weights(weights)  # the same weights again: the engines drop their prefix caches
     before = policy.stats.copy()
     solve_batch(problems, policy, "mcts", HashScorer(), seed=seed, **LOCALITY_MCTS)
-    spent = policy.stats - before
-    return spent.cached_prompt_tokens / spent.prompt_tokens
+    return policy.stats - before
 
 
-def locality_rows(one, pool, folder: Path, seeds: int) -> list[str]:
-    """MCTS over 8 trees: one engine's cache-hit fraction against the pool's under several routings."""
+def locality_rows(one, pool, folder: Path, seeds: int) -> tuple[list[str], float, list[bytes]]:
+    """MCTS over 8 trees: one engine's cache-hit fraction against the pool's under several routings. Also
+    one engine's mean seconds per MCTS call (a search round) and the trees' routing keys, for the estimate."""
     import dataclasses
 
     from safetensors.torch import load_file
 
     weights = load_file(str(folder / "model.safetensors"))
     problems = [f"{i} Add the numbers 123 and 456, then 78 and 9: go." for i in range(8)]
-    alone = [mcts_cache_hits(one, weights, problems, seed) for seed in range(seeds)]
+    runs = [mcts_run(one, weights, problems, seed) for seed in range(seeds)]
+    alone = [run.cache_hit_fraction for run in runs]
+    round_seconds = sum(run.seconds for run in runs) / sum(run.calls for run in runs)
     rows = [f"| one engine | {statistics.mean(alone):.3f} | | {', '.join(f'{x:.3f}' for x in alone)} |"]
     kept = pool.config
     try:
         for name, change in LOCALITY_ROUTES.items():
             pool.config = dataclasses.replace(kept, **change)
-            hits = [mcts_cache_hits(pool, weights, problems, seed) for seed in range(seeds)]
+            hits = [mcts_run(pool, weights, problems, seed).cache_hit_fraction for seed in range(seeds)]
             gap = statistics.mean(h - a for h, a in zip(hits, alone))
             rows.append(f"| pool of 2: {name} | {statistics.mean(hits):.3f} | {100 * gap:+.1f} | "
                         f"{', '.join(f'{x:.3f}' for x in hits)} |")
     finally:
         pool.config = kept
-    return rows
+    return rows, round_seconds, pool.routing_keys([pool.encode_prompt(p) for p in problems])
 
 
 def balance(keys: list[bytes], replicas: int, slack: float) -> float:
@@ -131,16 +135,135 @@ def balance(keys: list[bytes], replicas: int, slack: float) -> float:
     return max(placed.count(r) for r in range(replicas)) / (len(keys) / replicas)
 
 
-def estimate_rows(one_seconds: float, big_overhead: float, small_pool1: float, small_pool2: float,
-                  keys: list[bytes], slack: float) -> list[str]:
-    """Paper estimate: T_N = T_1 * b_N / N + o + d * (N - 1), throughput ratio T_1 / T_N (see the section)."""
-    extra = max(0.0, small_pool2 - small_pool1)  # one more replica to dispatch to and gather from
-    rows = []
-    for replicas in ESTIMATE_REPLICAS:
-        b = balance(keys, replicas, slack)
-        seconds = one_seconds * b / replicas + big_overhead + extra * (replicas - 1)
-        rows.append(f"| {replicas} | {b:.2f} | {seconds:.2f} | {one_seconds / seconds:.2f}x |")
-    return rows
+def estimate(one_seconds: float, overhead: float, extra: float, keys: list[bytes], replicas: int,
+             slack: float) -> tuple[float, float]:
+    """(b_N, estimated throughput ratio T_1 / T_N) with T_N = T_1 * b_N / N + o + d * (N - 1)."""
+    b = balance(keys, replicas, slack)
+    return b, one_seconds / (one_seconds * b / replicas + overhead + extra * (replicas - 1))
+
+
+def measure(args) -> dict:
+    """Every number of the section, from one run of the three policies side by side."""
+    import ray
+    from tqdm import tqdm
+
+    from planner.policy import EnginePool, PoolConfig, load_policy
+    from verifiers.arithmetic import arithmetic_task
+
+    m = {"load_before": os.getloadavg()}
+    options = {"threads": 1} | ({"kv_cache_gib": 0.5, "max_model_len": 256} if args.backend == "vllm" else {})
+    problems = arithmetic_task(args.problems, seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = build_model(Path(tmp) / "tiny")
+        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=args.verbose)
+        started = time.perf_counter()
+        policies = {"one engine": load_policy(folder, backend=args.backend, **options),
+                    "pool of 2": EnginePool(folder, args.backend, config=PoolConfig(replicas=2), **options),
+                    "pool of 1": EnginePool(folder, args.backend, config=PoolConfig(replicas=1), **options)}
+        m["start_seconds"] = time.perf_counter() - started
+        try:
+            pool2 = policies["pool of 2"]
+            prompts = [pool2.encode_prompt(p.question) for p in problems]
+            m["keys"], placed = pool2.routing_keys(prompts), pool2.route(prompts)
+            pair = [prompts[placed.index(0)], prompts[placed.index(1)]]  # one prompt for each replica
+            for policy in policies.values():  # warm-up: first calls pay one-time costs
+                run_workload(policy, problems[:8], args.n, args.max_tokens, seed=1)
+            m["totals"] = {name: [0, 0.0, 0.0] for name in policies}  # tokens, wall seconds, CPU seconds
+            m["per_repeat"] = {name: [] for name in policies}
+            names = list(policies)
+            for r in tqdm(range(args.repeats), desc="repeats"):
+                for name in names[r % 3:] + names[:r % 3]:
+                    tokens, seconds, cpu = run_workload(policies[name], problems, args.n, args.max_tokens, seed=100 + r)
+                    m["totals"][name] = [a + b for a, b in zip(m["totals"][name], (tokens, seconds, cpu))]
+                    m["per_repeat"][name].append(tokens / seconds)
+            m["small"] = {name: call_seconds(policy, pair) for name, policy in policies.items()}
+            if args.backend == "vllm" and args.locality_seeds:
+                m["locality"], m["round_seconds"], m["tree_keys"] = locality_rows(
+                    policies["one engine"], pool2, folder, args.locality_seeds)
+        finally:
+            for policy in policies.values():
+                policy.close()
+            ray.shutdown()
+    m["load_after"] = os.getloadavg()
+    m["slack"] = PoolConfig().balance_slack
+    return m
+
+
+def report(args, m: dict) -> str:
+    """The section's markdown: the measured table, the targets, the paper estimate, the locality table."""
+    totals, small, slack = m["totals"], m["small"], m["slack"]
+    rate = {name: tokens / seconds for name, (tokens, seconds, _) in totals.items()}
+    cpu_per_token = {name: 1e3 * cpu / tokens for name, (tokens, _, cpu) in totals.items()}  # CPU ms per token
+    seconds_per_run = {name: totals[name][1] / args.repeats for name in totals}
+    speedup, lost = rate["pool of 2"] / rate["one engine"], 1 - rate["pool of 1"] / rate["one engine"]
+    spread = [b / a for a, b in zip(m["per_repeat"]["one engine"], m["per_repeat"]["pool of 2"])]
+    table = ["| policy | tokens/s (pooled) | per repeat | seconds per run | ratio to one engine | "
+             "CPU ms per token (all processes) | 2-prompt x 1-token call |", "|---|---:|---|---:|---:|---:|---:|"]
+    for name in totals:
+        runs = ", ".join(f"{x:,.0f}" for x in m["per_repeat"][name])
+        table.append(f"| {name} | {rate[name]:,.0f} | {runs} | {seconds_per_run[name]:.2f} | "
+                     f"{rate[name] / rate['one engine']:.2f}x | {cpu_per_token[name]:.3f} | "
+                     f"{1000 * small[name]:.1f} ms |")
+    run_overhead = max(0.0, seconds_per_run["pool of 1"] - seconds_per_run["one engine"])
+    call_overhead = max(0.0, small["pool of 1"] - small["one engine"])
+    extra = max(0.0, small["pool of 2"] - small["pool of 1"])  # one more replica to dispatch to and gather from
+    rounds = "round_seconds" in m
+    paper = ["| replicas N | b_N, best-of-N | estimated ratio, best-of-N run |"
+             + (" b_N, MCTS round of 8 trees | estimated ratio, MCTS round |" if rounds else ""),
+             "|---:|---:|---:|" + ("---:|---:|" if rounds else "")]
+    for n in ESTIMATE_REPLICAS:
+        b, ratio = estimate(seconds_per_run["one engine"], run_overhead, extra, m["keys"], n, slack)
+        row = f"| {n} | {b:.2f} | {ratio:.2f}x |"
+        if rounds:  # each tree's 4 prompts of a round form one group
+            b, ratio = estimate(m["round_seconds"], call_overhead, extra, [k for k in m["tree_keys"] for _ in range(4)],
+                                n, slack)
+            row += f" {b:.2f} | {ratio:.2f}x |"
+        paper.append(row)
+    verdict = lambda ok: "**met**" if ok else "**not met**"  # noqa: E731
+    loads = lambda xs: " / ".join(f"{x:.2f}" for x in xs)  # noqa: E731
+    lines = [
+        f"Command: `.venv/bin/python scripts/bench_pool.py{' --backend hf' if args.backend == 'hf' else ''}` "
+        f"({args.backend} backend; best-of-N over {args.problems} arithmetic problems x {args.n} samples of at "
+        f"most {args.max_tokens} tokens, one merged engine call; the demo-size tiny model with random weights; "
+        f"{args.repeats} repeats in rotated order, after a warm-up; engines started in {m['start_seconds']:.0f} s).",
+        "", machine_line(), f"Load average (1/5/15 min) before: {loads(m['load_before'])}, after: "
+        f"{loads(m['load_after'])}.", "", *table, "",
+        f"- Throughput of a pool of 2 replicas on 1 thread each against one engine on 1 thread: "
+        f"**{speedup:.2f}x** (per repeat: {', '.join(f'{x:.2f}x' for x in spread)}); target >= 1.7x: "
+        f"{verdict(speedup >= 1.7)}.",
+        f"- The pool's own cost, one replica behind the pool against the same engine in this process: "
+        f"**{100 * lost:.1f}%** of throughput lost; target <= 10%: {verdict(lost <= 0.10)}. In CPU time (every "
+        f"process of the run, so others' load does not enter): "
+        f"{100 * (cpu_per_token['pool of 1'] / cpu_per_token['one engine'] - 1):+.1f}% per token.",
+        f"- Per-call overhead (the 2-prompt x 1-token call against one engine): "
+        f"{1000 * (small['pool of 1'] - small['one engine']):+.1f} ms with 1 replica, "
+        f"{1000 * (small['pool of 2'] - small['one engine']):+.1f} ms with 2.", "",
+        "**On paper, N replicas** (each on its own core or GPU): T_N = T_1 x b_N / N + o + d x (N - 1), and the "
+        "throughput ratio T_1 / T_N. T_1 is one engine's time; b_N the busiest replica's prompts over the mean "
+        f"under the routing rule (slack {slack}), computed on the workload's own routing keys; d = "
+        f"{1000 * extra:.1f} ms, the measured cost of one more replica per call (pool of 2 minus pool of 1, "
+        "small call). For the best-of-N run, T_1 is one engine's seconds per run and o = "
+        f"{run_overhead:.3f} s the measured overhead of a run (pool of 1 minus one engine)."
+        + (f" For an MCTS round (one merged call of 8 trees x 4 prompts), T_1 = {1000 * m['round_seconds']:.0f} ms, "
+           "one engine's mean seconds per call in the locality runs below, and o = "
+           f"{1000 * call_overhead:.1f} ms, the small call's overhead; a tree's prompts stay on one replica, so "
+           "a round of 8 trees keeps at most 8 replicas busy." if rounds else "")
+        + " The model assumes an engine's time falls in proportion to its share of the prompts, which holds "
+        "while it is compute-bound: a GPU engine given too small a share runs below its peak, so real scaling "
+        "flattens sooner.", "", *paper]
+    if "locality" in m:
+        lines += [
+            "", f"**Prefix-cache locality** (vLLM): the cache-hit fraction (`cached_prompt_tokens / prompt_tokens`) "
+            f"of MCTS over 8 problems searched together (`solve_batch`, {LOCALITY_MCTS['num_simulations']} "
+            f"simulations, {LOCALITY_MCTS['leaves_per_round']} leaves per round, steps of at most "
+            f"{LOCALITY_MCTS['max_step_tokens']} tokens, roots of ~52 tokens, a hash scorer), "
+            f"{args.locality_seeds} seeds, each run from empty prefix caches. The gap is to one engine's run with "
+            "the same seed (the trees differ: replica r samples with its own seed); the target is within 5 points. "
+            "With 2 replicas a prompt routed without regard to its tree still lands on the replica holding its "
+            "prefix half the time, so these gaps understate what tree affinity is worth with more replicas.", "",
+            "| engine and routing | cache-hit fraction (mean) | gap to one engine (points) | per seed |",
+            "|---|---:|---:|---|", *m["locality"]]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -156,111 +279,9 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="the engines' and Ray's INFO logs too")
     args = parser.parse_args()
 
-    from benchdoc import machine_line, update_section
-
     from planner.logs import configure_logging
     configure_logging(args.verbose)
-    import ray
-    from tqdm import tqdm
-
-    from planner.policy import EnginePool, PoolConfig, load_policy
-    from verifiers.arithmetic import arithmetic_task
-
-    load_before = os.getloadavg()
-    options = {"threads": 1} | ({"kv_cache_gib": 0.5, "max_model_len": 256} if args.backend == "vllm" else {})
-    problems = arithmetic_task(args.problems, seed=0)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = build_model(Path(tmp) / "tiny")
-        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=args.verbose)
-        started = time.perf_counter()
-        policies = {"one engine": load_policy(folder, backend=args.backend, **options),
-                    "pool of 2": EnginePool(folder, args.backend, config=PoolConfig(replicas=2), **options),
-                    "pool of 1": EnginePool(folder, args.backend, config=PoolConfig(replicas=1), **options)}
-        start_seconds = time.perf_counter() - started
-        try:
-            pool2 = policies["pool of 2"]
-            prompts = [pool2.encode_prompt(p.question) for p in problems]
-            keys = pool2.routing_keys(prompts)
-            placed = pool2.route(prompts)
-            pair = [prompts[placed.index(0)], prompts[placed.index(1)]]  # one prompt for each replica
-            for policy in policies.values():  # warm-up: first calls pay one-time costs
-                run_workload(policy, problems[:8], args.n, args.max_tokens, seed=1)
-            totals = {name: [0, 0.0, 0.0] for name in policies}  # tokens, wall seconds, CPU seconds
-            per_repeat = {name: [] for name in policies}
-            names = list(policies)
-            for r in tqdm(range(args.repeats), desc="repeats"):
-                for name in names[r % 3:] + names[:r % 3]:
-                    tokens, seconds, cpu = run_workload(policies[name], problems, args.n, args.max_tokens, seed=100 + r)
-                    totals[name] = [totals[name][0] + tokens, totals[name][1] + seconds, totals[name][2] + cpu]
-                    per_repeat[name].append(tokens / seconds)
-            small = {name: call_seconds(policy, pair) for name, policy in policies.items()}
-            locality = (locality_rows(policies["one engine"], pool2, folder, args.locality_seeds)
-                        if args.backend == "vllm" and args.locality_seeds else [])
-        finally:
-            for policy in policies.values():
-                policy.close()
-            ray.shutdown()
-    load_after = os.getloadavg()
-
-    rate = {name: tokens / seconds for name, (tokens, seconds, _) in totals.items()}
-    cpu_per_token = {name: 1e3 * cpu / tokens for name, (tokens, _, cpu) in totals.items()}  # CPU ms per token
-    seconds_per_run = {name: totals[name][1] / args.repeats for name in totals}
-    speedup = rate["pool of 2"] / rate["one engine"]
-    lost = 1 - rate["pool of 1"] / rate["one engine"]
-    spread = [b / a for a, b in zip(per_repeat["one engine"], per_repeat["pool of 2"])]
-    table = ["| policy | tokens/s (pooled) | per repeat | seconds per run | ratio to one engine | "
-             "CPU ms per token (all processes) | 2-prompt x 1-token call |", "|---|---:|---|---:|---:|---:|---:|"]
-    for name in policies:
-        runs = ", ".join(f"{x:,.0f}" for x in per_repeat[name])
-        table.append(f"| {name} | {rate[name]:,.0f} | {runs} | {seconds_per_run[name]:.2f} | "
-                     f"{rate[name] / rate['one engine']:.2f}x | {cpu_per_token[name]:.3f} | "
-                     f"{1000 * small[name]:.1f} ms |")
-    slack = PoolConfig().balance_slack
-    big_overhead = seconds_per_run["pool of 1"] - seconds_per_run["one engine"]
-    estimate = ["| replicas N | balance b_N (routing rule, this workload) | estimated seconds per run | "
-                "estimated throughput ratio |", "|---:|---:|---:|---:|"]
-    estimate += estimate_rows(seconds_per_run["one engine"], max(0.0, big_overhead), small["pool of 1"],
-                              small["pool of 2"], keys, slack)
-    verdict = lambda ok: "**met**" if ok else "**not met**"  # noqa: E731
-    body = "\n".join([
-        f"Command: `.venv/bin/python scripts/bench_pool.py{' --backend hf' if args.backend == 'hf' else ''}` "
-        f"({args.backend} backend; best-of-N over {args.problems} arithmetic problems x {args.n} samples of at "
-        f"most {args.max_tokens} tokens, one merged engine call; the demo-size tiny model with random weights; "
-        f"{args.repeats} repeats in rotated order, after a warm-up; engines started in {start_seconds:.0f} s).", "",
-        machine_line(), f"Load average (1/5/15 min) before: {' / '.join(f'{x:.2f}' for x in load_before)}, "
-        f"after: {' / '.join(f'{x:.2f}' for x in load_after)}.", "",
-        *table, "",
-        f"- Throughput of a pool of 2 replicas on 1 thread each against one engine on 1 thread: "
-        f"**{speedup:.2f}x** (per repeat: {', '.join(f'{x:.2f}x' for x in spread)}); target >= 1.7x: "
-        f"{verdict(speedup >= 1.7)}.",
-        f"- The pool's own cost, one replica behind the pool against the same engine in this process: "
-        f"**{100 * lost:.1f}%** of throughput lost ({big_overhead:+.3f} s per run); target <= 10%: "
-        f"{verdict(lost <= 0.10)}. In CPU time (every process of the run, so others' load does not enter): "
-        f"{100 * (cpu_per_token['pool of 1'] / cpu_per_token['one engine'] - 1):+.1f}% per token.",
-        f"- Per-call overhead of the pool (the 2-prompt x 1-token call): "
-        f"{1000 * (small['pool of 1'] - small['one engine']):+.1f} ms with 1 replica, "
-        f"{1000 * (small['pool of 2'] - small['one engine']):+.1f} ms with 2.", "",
-        "**On paper, N replicas** (each on its own core or GPU): T_N = T_1 x b_N / N + o + d x (N - 1), with T_1 "
-        "the one engine's seconds per run, b_N the busiest replica's share of the prompts over the mean under "
-        f"the routing rule (rendezvous hashing with bounded loads, slack {slack}; computed on this workload's "
-        "own routing keys), o the measured pool overhead of a run (pool of 1 minus one engine, "
-        f"{max(0.0, big_overhead):.3f} s), and d the measured cost of one more replica per call (pool of 2 minus "
-        f"pool of 1 on the small call, {1000 * max(0.0, small['pool of 2'] - small['pool of 1']):.1f} ms). "
-        "It assumes an engine's time falls in proportion to its share of the prompts, which holds while the "
-        "engine is compute-bound: a GPU engine given too small a share runs below its peak, so real scaling "
-        "flattens sooner. A search's round is one such call: a round holding P trees keeps at most P replicas "
-        "busy (a tree's prompts stay on one replica), so N beyond the trees per round buys nothing.", "",
-        *estimate])
-    if locality:
-        body += "\n\n" + "\n".join([
-            f"**Prefix-cache locality** (vLLM): the cache-hit fraction (`cached_prompt_tokens / prompt_tokens`) of "
-            f"MCTS over 8 problems searched together (`solve_batch`, {LOCALITY_MCTS['num_simulations']} simulations, "
-            f"{LOCALITY_MCTS['leaves_per_round']} leaves per round, steps of at most "
-            f"{LOCALITY_MCTS['max_step_tokens']} tokens, roots of ~52 tokens, a hash scorer), "
-            f"{args.locality_seeds} seeds, each run from empty prefix caches. The gap is to one engine's run with the "
-            "same seed (the trees differ: replica r samples with its own seed); the target is within 5 points.", "",
-            "| engine and routing | cache-hit fraction (mean) | gap to one engine (points) | per seed |",
-            "|---|---:|---:|---|", *locality])
+    body = report(args, measure(args))
     print(body)
     if not args.no_doc:
         print(f"written to {update_section('Engine pool', body)}")
