@@ -1,7 +1,7 @@
 """Engine pool: throughput of 2 replicas against one engine, and what the pool itself costs.
 
-    python scripts/bench_pool.py                      # vLLM, 64 problems x 8 samples, 3 repeats; into docs/benchmarks.md
-    python scripts/bench_pool.py --backend hf --no-doc
+    python scripts/bench_pool.py                      # vLLM, 64 problems x 8 samples, 3 repeats: "Engine pool"
+    python scripts/bench_pool.py --backend hf         # the transformers engine: "Engine pool (transformers)"
 
 The workload is best-of-N through the planner (`solve_batch(problems, policy, "best_of_n", n=8,
 batched=True)`: one engine call of 64 prompts x 8 samples of at most 64 tokens) with the demo's model
@@ -284,7 +284,8 @@ def main() -> None:
     body = report(args, measure(args))
     print(body)
     if not args.no_doc:
-        print(f"written to {update_section('Engine pool', body)}")
+        heading = "Engine pool" if args.backend == "vllm" else "Engine pool (transformers)"
+        print(f"written to {update_section(heading, body)}")
 
 
 if __name__ == "__main__":
