@@ -77,6 +77,9 @@ class ScalingConfig:
     """Policy weights' dtype."""
     threads: int = 1
     """CPU threads of the backend (two threads on two busy cores can be slower than one)."""
+    replicas: int = 1
+    """Engine replicas: 1 = one engine in this process; N > 1 = an engine pool of N Ray actors
+    (planner.policy.EnginePool), which runs in parallel only on merged calls: use with batched=True."""
     max_model_len: int | None = None
     """vLLM only: longest prompt + response (None: the model's own limit)."""
     task: str = "gsm8k"
@@ -138,6 +141,8 @@ class ScalingConfig:
         if self.offset < 0 or (self.limit is not None and self.limit < 1):
             raise ValueError("offset must be >= 0 and limit >= 1 or None; "
                              f"got offset={self.offset}, limit={self.limit}")
+        if not isinstance(self.replicas, int) or isinstance(self.replicas, bool) or self.replicas < 1:
+            raise ValueError(f"replicas must be an integer >= 1 (engine replicas); got {self.replicas!r}")
         if not 0.0 <= self.forcing_min_fraction <= 1.0:
             raise ValueError(f"forcing_min_fraction must be in [0, 1]; got {self.forcing_min_fraction!r}")
         if self.final != "majority" and self.scorer is None and {"best_of_n", "budget_forcing"} & set(self.strategies):
@@ -363,7 +368,8 @@ def run(config: ScalingConfig, out_dir: str | os.PathLike | None = None, inputs=
     kwargs = {"threads": config.threads}
     if config.backend == "vllm" and config.max_model_len is not None:
         kwargs["max_model_len"] = config.max_model_len
-    policy = load_policy(model, backend=config.backend, dtype=config.dtype, seed=config.seeds[0], **kwargs)
+    policy = load_policy(model, backend=config.backend, dtype=config.dtype, seed=config.seeds[0],
+                         replicas=config.replicas, **kwargs)
     try:
         rows = run_scaling(config, policy, problems, task.reward, extract=task.verifier.extract,
                            equivalent=task.verifier.equivalent)

@@ -152,6 +152,10 @@ class TrainConfig:
     engine_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """The serving engine's weights: float32 keeps it equal to a float32 learner; bfloat16 is vLLM's
     usual GPU setting (then log the mismatch, and consider tis_cap)."""
+    engine_replicas: int = 1
+    """Serving engines: 1 = one engine in this process; N > 1 = an engine pool of N replicas as Ray actors
+    (planner.policy.EnginePool; a local Ray instance, or the cluster at $RAY_ADDRESS), one CPU (or GPU)
+    each. The search is the same; every weight push reaches every replica (docs/scale-out.md)."""
     engine_memory_fraction: float = 0.85
     """vLLM on GPU: the fraction of GPU memory the engine may take (gpu_memory_utilization); the rest is
     the learner's when both share one GPU. Ignored on CPU (the KV cache has a fixed size there)."""
@@ -189,7 +193,8 @@ class TrainConfig:
         if self.critic.enabled and self.critic.target == "gae" and self.estimator != "gae":
             raise ValueError("TrainConfig: critic.target='gae' regresses GAE returns, which only estimator='gae' "
                              f"computes; got estimator={self.estimator!r}: set critic.target='tree' or estimator='gae'")
-        for name in ("iterations", "prompts_per_iteration", "epochs", "minibatches", "threads", "checkpoint_every"):
+        for name in ("iterations", "prompts_per_iteration", "epochs", "minibatches", "threads", "checkpoint_every",
+                     "engine_replicas"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 _fail("TrainConfig", name, "an integer >= 1", value)

@@ -95,7 +95,8 @@ class SearchTrainer:
             options["in_process"] = c.engine_in_process
             if self.learner.device.type == "cuda":  # shares the learner's GPU
                 options.update(kv_cache_fraction=c.engine_memory_fraction, sleep_mode=c.engine_sleep)
-        return load_policy(c.model, backend=c.backend, dtype=c.engine_dtype, seed=c.seed, **options)
+        return load_policy(c.model, backend=c.backend, dtype=c.engine_dtype, seed=c.seed, replicas=c.engine_replicas,
+                           **options)
 
     def _push(self) -> None:
         """The learner's weights into the engine (gathered on every rank, pushed by rank 0)."""

@@ -43,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a strategy option (see below); VALUE is a Python literal or a plain string")
     parser.add_argument("--seed", type=int, default=0, help="search seed; problem i uses seed + i (default: 0)")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="engine replicas: 1 = one engine in this process; N > 1 = an engine pool of N Ray actors "
+                             "(a local Ray instance, or the cluster at $RAY_ADDRESS), one CPU (GPU when the cluster "
+                             "has them) each; use it with --batch_size, since one search runs on one replica "
+                             "(docs/scale-out.md) (default: 1)")
+    parser.add_argument("--batch_size", type=int, default=1,
+                        help="search this many problems together (planner.solve_batch: their engine calls merged, "
+                             "so a pool's replicas run in parallel); samples then differ from one-by-one (default: 1)")
     parser.add_argument("--no-chat", action="store_true", help="do not wrap problems in the chat template")
     parser.add_argument("--system", help="system prompt for the chat template")
     parser.add_argument("--out", help="write JSONL here (default: print to stdout)")
@@ -65,6 +73,19 @@ def parse_options(pairs: list[str], parser: argparse.ArgumentParser) -> dict:
     return options
 
 
+def _solutions(problems, policy, args, scorer, budget, options):
+    """(index, problem, solution) in order: one by one (`solve`), or --batch_size at a time (`solve_batch`)."""
+    from planner.solve import solve, solve_batch
+
+    settings = dict(chat=not args.no_chat, system=args.system, **options)
+    for start in range(0, len(problems), args.batch_size):
+        chunk = problems[start:start + args.batch_size]
+        solutions = ([solve(chunk[0], policy, args.strategy, scorer, budget, seed=args.seed + start, **settings)]
+                     if len(chunk) == 1 else
+                     solve_batch(chunk, policy, args.strategy, scorer, budget, seed=args.seed + start, **settings))
+        yield from ((start + k, problem, solution) for k, (problem, solution) in enumerate(zip(chunk, solutions)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -77,11 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.path and not Path(args.path).exists() and Path(args.path).suffix:
         parser.error(f"--path {args.path!r}: no such file")
     options = parse_options(args.set, parser)
+    for name in ("replicas", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be an integer >= 1; got {getattr(args, name)}")
 
     from planner.budget import Budget
     from planner.policy import load_policy
     from planner.scorers import ModelScorer
-    from planner.solve import solve
     from planner.strategies import make_config
 
     try:
@@ -100,13 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, TypeError) as error:
         parser.error(str(error))
 
-    policy = load_policy(args.model, backend=args.backend, dtype=args.dtype, seed=args.seed)
+    policy = load_policy(args.model, backend=args.backend, dtype=args.dtype, seed=args.seed, replicas=args.replicas)
     scorer = ModelScorer(args.scorer, squash=args.squash) if args.scorer else None
     out = open(args.out, "w") if args.out else sys.stdout
     try:
-        for i, problem in enumerate(problems):
-            solution = solve(problem, policy, args.strategy, scorer, budget, seed=args.seed + i,
-                             chat=not args.no_chat, system=args.system, **options)
+        for i, problem, solution in _solutions(problems, policy, args, scorer, budget, options):
             row = {"id": getattr(problem, "id", str(i)), "question": getattr(problem, "question", problem),
                    **solution.to_dict()}
             if task is not None:

@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
+    parser.add_argument("--replicas", dest="engine_replicas", type=int, default=argparse.SUPPRESS, metavar="N",
+                        help="the same as --engine_replicas (below): serving engines, N > 1 = an engine pool on Ray")
     add_dataclass_arguments(parser, TrainConfig)
     return parser
 
