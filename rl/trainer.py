@@ -36,6 +36,7 @@ from rl.config import TrainConfig
 from rl.learner import Learner, derived_seed
 from rl.metrics import MetricsLogger
 from rl.runtime import torch_settings
+from rl.tree_store import TreeStore
 
 __all__ = ["SearchTrainer"]
 
@@ -76,6 +77,7 @@ class SearchTrainer:
         if resume and checkpoint.exists(config.output_dir):
             self.iteration = checkpoint.load(config.output_dir, self.learner)
             self.engine.load_weights(self.learner.weights())
+        self.tree_store = TreeStore(config.tree_store).start(self.iteration) if config.tree_store else None
         self.logger = MetricsLogger(config.output_dir, resume_from=self.iteration if resume else None)
 
     def _scope(self, *seed_parts: int):
@@ -121,6 +123,8 @@ class SearchTrainer:
                          for k, r in enumerate(results)], self.engine)
         for result, problem in zip(results, problems):
             reward_leaves(result.tree, self.reward_fn, problem)
+        if self.tree_store is not None:  # tagged with the policy version that sampled them
+            self.tree_store.append([r.tree for r in results], problems, self.iteration)
         return [r.tree for r in results], results
 
     def greedy_rewards(self, problems: Sequence) -> torch.Tensor:
