@@ -126,10 +126,12 @@ class DPOLearner:
         rng = np.random.default_rng(seed)
         self.policy.train()
         sums: dict[str, list[float]] = {}
+        trained_tokens = 0
         for _ in range(c.epochs):
             order = rng.permutation(len(pairs))
             for start in range(0, len(order), c.batch_size):
                 batch = pair_batch([pairs[i] for i in order[start:start + c.batch_size]], self.pad_token_id)
+                trained_tokens += int(batch.attention_mask.sum())
                 loss, metrics = self.loss(batch)
                 self.optimizer.zero_grad()
                 if not is_finite_loss(loss):
@@ -143,8 +145,8 @@ class DPOLearner:
                     sums.setdefault(key, []).append(value)
         self.policy.eval()
         kinds = Counter(p.kind for p in pairs)
-        return {**{k: float(np.mean(v)) for k, v in sums.items()}, "pairs": len(pairs),
-                "step_pairs": kinds["step"], "response_pairs": kinds["response"]}
+        return {**{k: float(np.mean(v)) for k, v in sums.items()}, "pairs": len(pairs), "step_pairs": kinds["step"],
+                "response_pairs": kinds["response"], "trained_tokens": trained_tokens}
 
 
 def _reference_model(config: DPOConfig, folder: str | os.PathLike, device: torch.device):
@@ -160,15 +162,15 @@ class OnlineDPO(RoundTrainer):
     """Online (iterative) DPO: each round grows fresh trees with the current policy, takes their pairs and
     makes `dpo.epochs` passes over them. A round without any pair (every outcome equal) makes no update."""
 
-    def __init__(self, config, dpo: DPOConfig, problems: Sequence, reward_fn, extract=None) -> None:
-        super().__init__(config, problems, reward_fn, extract)
+    def __init__(self, config, dpo: DPOConfig, problems: Sequence, reward_fn, extract=None, engine=None) -> None:
+        super().__init__(config, problems, reward_fn, extract, engine)
         self.dpo = DPOLearner(self.policy, dpo, self.pad_id, _reference_model(dpo, config.model, self.learner.device),
                               dtype=config.dtype, logprob_chunk=config.logprob_chunk)
 
     def learn(self, trees: list[SearchTree], problems: list, iteration: int) -> dict:
         pairs = [pair for group, tree in enumerate(trees) for pair in tree_pairs(tree, group, self.dpo.config.pairs)]
         if not pairs:
-            return {"pairs": 0, "step_pairs": 0, "response_pairs": 0}
+            return {"pairs": 0, "step_pairs": 0, "response_pairs": 0, "trained_tokens": 0}
         return self.dpo.update(pairs, seed=iteration)
 
 

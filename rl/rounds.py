@@ -43,9 +43,9 @@ def round_metrics(trees: Sequence[SearchTree], results, problems, reward_fn) -> 
 class RoundTrainer(SearchTrainer):
     """A `SearchTrainer` whose learning step is `learn(trees, problems, iteration) -> metrics`."""
 
-    def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None) -> None:
+    def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, engine=None) -> None:
         super().__init__(dataclasses.replace(config, critic=CriticConfig(enabled=False)), problems, reward_fn,
-                         extract)
+                         extract, engine=engine)
 
     @property
     def policy(self):

@@ -85,14 +85,17 @@ def kept_data(trees: Sequence[SearchTree], config: RSSFTConfig, seed: int) -> tu
 class RejectionSamplingSFT(RoundTrainer):
     """Rounds of: grow trees, keep the verified best leaves per prompt, SFT on them."""
 
-    def __init__(self, config, rs: RSSFTConfig, problems: Sequence, reward_fn, extract=None) -> None:
-        super().__init__(config, problems, reward_fn, extract)
+    def __init__(self, config, rs: RSSFTConfig, problems: Sequence, reward_fn, extract=None, engine=None) -> None:
+        super().__init__(config, problems, reward_fn, extract, engine)
         self.rs = rs
 
     def learn(self, trees: list[SearchTree], problems: list, iteration: int) -> dict:
         examples, metrics = kept_data(trees, self.rs, seed=iteration * 1_000_003 + self.config.seed)
+        metrics["trained_tokens"] = 0
         if examples:
-            result = train_sft(self.policy, examples, self.rs.sft_config(len(examples), seed=iteration),
-                               tokenizer=self.tokenizer)
-            metrics.update(sft_steps=result.steps, sft_loss=float(np.mean(result.losses)))
+            sft = self.rs.sft_config(len(examples), seed=iteration)
+            result = train_sft(self.policy, examples, sft, tokenizer=self.tokenizer)
+            mean_length = np.mean([len(e["prompt_ids"]) + len(e["response_ids"]) for e in examples])
+            metrics.update(sft_steps=result.steps, sft_loss=float(np.mean(result.losses)),
+                           trained_tokens=int(mean_length * result.steps * sft.batch_size))
         return metrics

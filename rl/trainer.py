@@ -58,7 +58,10 @@ class SearchTrainer:
     gives a response's answer for the strategies' votes (None: the strategy's default).
     """
 
-    def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, resume: bool = False) -> None:
+    def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, resume: bool = False,
+                 engine=None) -> None:
+        """engine: a running `Policy` that already holds config.model's weights, to use instead of starting one
+        (several runs in one process share it: rl/comparison.py)."""
         if not problems:
             raise ValueError("SearchTrainer needs at least one problem to train on")
         self.config, self.problems, self.reward_fn, self.extract = config, list(problems), reward_fn, extract
@@ -70,8 +73,8 @@ class SearchTrainer:
                 engine_options["device"] = str(self.learner.device)
             elif self.learner.device.type == "cuda":
                 engine_options["kv_cache_fraction"] = config.engine_memory_fraction
-            self.engine = load_policy(config.model, backend=config.backend, dtype=config.engine_dtype,
-                                      seed=config.seed, **engine_options)
+            self.engine = engine if engine is not None else load_policy(
+                config.model, backend=config.backend, dtype=config.engine_dtype, seed=config.seed, **engine_options)
         self.tokenizer = self.engine.tokenizer
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if resume and checkpoint.exists(config.output_dir):
