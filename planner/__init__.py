@@ -2,6 +2,8 @@
 
 from planner.budget import Budget, ComputeRecord
 from planner.policy import ComputeStats, Policy, Sample, SamplingParams, load_policy
+from planner.prm_scorers import (PRM_FORMATS, MathShepherdScorer, QwenPRMScorer, SequenceRewardScorer, TokenValueScorer,
+                                 load_scorer)
 from planner.scorers import AGGREGATIONS, ModelScorer, MonteCarloScorer, OutcomeScorer, Scorer, VerifierOracleScorer
 from planner.solve import Solution, solve, solve_batch
 from planner.strategies import (CONFIGS, STRATEGIES, BeamConfig, BestOfNConfig, BudgetForcingConfig, DVTSConfig,
@@ -13,5 +15,6 @@ __all__ = [
     "SearchTree", "Trajectory", "ROOT", "NO_PARENT",
     "STRATEGIES", "CONFIGS", "BestOfNConfig", "BeamConfig", "DVTSConfig", "MCTSConfig", "BudgetForcingConfig",
     "SearchResult", "Scorer", "ModelScorer", "MonteCarloScorer", "OutcomeScorer", "VerifierOracleScorer",
-    "AGGREGATIONS", "Budget", "ComputeRecord", "solve", "solve_batch", "Solution",
+    "AGGREGATIONS", "PRM_FORMATS", "MathShepherdScorer", "QwenPRMScorer", "SequenceRewardScorer", "TokenValueScorer",
+    "load_scorer", "Budget", "ComputeRecord", "solve", "solve_batch", "Solution",
 ]

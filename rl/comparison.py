@@ -79,8 +79,11 @@ class ComparisonConfig:
     while a round keeps at most one batch)."""
     reward_model: bool = True
     """Train the outcome reward model on stored trees and compare it with majority vote as a reranker."""
-    reward_model_epochs: int = 3
-    """Passes of the reward model over its pairs (from every run's stored trees)."""
+    reward_model_epochs: int = 4
+    """Passes of the reward model over its pairs (every correct-incorrect combination of distinct responses,
+    at most 4 per prompt, from every run's stored trees)."""
+    reward_model_lr: float = 1e-3
+    """The reward model's AdamW learning rate (3e-3 did not learn on this task; measured, docs/results.md)."""
     rerank_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     """Best-of-N sizes of the reranking (sampled once at the largest, sub-sampled for the others)."""
     rerank_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -160,16 +163,27 @@ def _trained_tokens(trainer, metrics: dict, trees_before: int) -> int:
                if leaf and s.tree[leaf].reward is not None) * trainer.config.epochs
 
 
+def _run_settings(config: ComparisonConfig) -> dict:
+    """The settings a run's result depends on (not the reward model's, the output folder's or the arm list)."""
+    skip = {"output_dir", "arms", "seeds", "reward_model", "reward_model_epochs", "reward_model_lr", "rerank_sizes",
+            "rerank_seeds", "progress"}
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+
+
 def run_arm(arm: str, seed: int, config: ComparisonConfig, model_dir: Path, problems, held_out, task,
             engine, start_weights: dict) -> list[dict]:
     """One run over the shared `engine` (first reset to `start_weights`, the cold start's): train until the
-    token budget, evaluating pass@1 at equal steps of generated tokens."""
+    token budget, evaluating pass@1 at equal steps of generated tokens. A run already finished with the same
+    settings (its evaluations.json) is reused, so a rerun redoes only what changed."""
     from planner.strategies import MCTSConfig
     from rl.config import CriticConfig, TrainConfig
     from verifiers.arithmetic import STEP_DELIMITER
 
     out = Path(config.output_dir) / "runs" / f"{arm}_seed{seed}"
-    for name in ("trees.jsonl", "metrics.jsonl"):
+    record, settings = out / "evaluations.json", _run_settings(config)
+    if record.is_file() and json.loads(record.read_text())["settings"] == settings:
+        return json.loads(record.read_text())["rows"]  # this run is done with these settings: reuse it
+    for name in ("trees.jsonl", "metrics.jsonl", "evaluations.json"):
         (out / name).unlink(missing_ok=True)
     search = MCTSConfig(num_simulations=config.simulations, num_candidates=2, step_delimiter=STEP_DELIMITER,
                         max_step_tokens=16, max_steps=8, temperature=1.0)
@@ -205,6 +219,7 @@ def run_arm(arm: str, seed: int, config: ComparisonConfig, model_dir: Path, prob
             while marks and totals["generated_tokens"] >= marks[0]:
                 marks.pop(0)
     trainer.logger.close()
+    record.write_text(json.dumps({"settings": settings, "rows": rows}) + "\n")
     return rows
 
 

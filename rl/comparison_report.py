@@ -6,7 +6,8 @@ problem's solved rate. Two 95% percentile-bootstrap intervals are given: over pr
 (`planner.scaling_report.bootstrap_interval`, the project's usual one: the noise of the held-out set), and
 over seeds and problems resampled together (`seed_problem_interval`: also the run-to-run noise of
 training, which with 3 seeds is coarse and usually the larger). Differences between arms resample the
-problems jointly (both arms answer the same problems) and each arm's seeds on their own.
+problems jointly (both arms answer the same problems) and each arm's seeds on their own (independent runs);
+the reranking's differences resample the sampling seeds jointly too (every method reranks the same samples).
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ def seed_problem_interval(solved: np.ndarray, seed: int = 0) -> tuple[float, flo
     return difference_interval(solved, None, seed)
 
 
-def difference_interval(a: np.ndarray, b: np.ndarray | None, seed: int = 0) -> tuple[float, float]:
+def difference_interval(a: np.ndarray, b: np.ndarray | None, seed: int = 0,
+                        paired_seeds: bool = False) -> tuple[float, float]:
     """95% interval of mean(a) - mean(b) (each (seeds, problems); b None: of mean(a)): the problems resampled
-    jointly, each array's seeds on their own."""
+    jointly; the seeds too when `paired_seeds` (row s of a and of b come from the same draw: the reranking's
+    sampling seeds), else each array's seeds on their own (independent training runs)."""
     rng = np.random.default_rng(seed)
     problems = rng.integers(0, a.shape[1], size=(RESAMPLES, a.shape[1]))  # (R, P)
+    shared = rng.integers(0, a.shape[0], size=(RESAMPLES, a.shape[0])) if paired_seeds else None  # (R, S)
 
     def means(x):
-        seeds = rng.integers(0, x.shape[0], size=(RESAMPLES, x.shape[0]))  # (R, S)
+        seeds = shared if shared is not None else rng.integers(0, x.shape[0], size=(RESAMPLES, x.shape[0]))
         return x[seeds[:, :, None], problems[:, None, :]].mean(axis=(1, 2))  # (R,)
 
     values = means(a) - (means(b) if b is not None else 0.0)
@@ -154,7 +158,8 @@ def write_report(config, runs: list[dict], reranking: dict | None, seconds: floa
                  "flops_per_problem": r["flops_per_problem"]} for r in reranking["rows"]]
         majority = {r["size"]: r["solved"] for r in reranking["rows"] if r["method"] == "majority"}
         for row, raw in zip(rows, reranking["rows"]):
-            row["minus_majority_interval"] = list(difference_interval(raw["solved"], majority[raw["size"]]))
+            row["minus_majority_interval"] = list(difference_interval(raw["solved"], majority[raw["size"]],
+                                                                      paired_seeds=True))
         _write_csv([{**r, "interval": f"{r['interval'][0]:.3f}-{r['interval'][1]:.3f}"} for r in rows],
                    out / "reranking.csv")
         _plot_reranking(rows, out / "reranking.png")
@@ -225,7 +230,9 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str) -> s
     c = summary["config"]
     rm = summary.get("reranking", {}).get("reward_model")
     text = [
-        f"Command (from the repository root; {summary['seconds'] / 60:.1f} min in all): `{command}`",
+        f"Command (from the repository root): `{command}` ({summary['seconds'] / 60:.1f} min; runs finished "
+        "earlier with the same settings are reused from their evaluations.json, and their training seconds are in "
+        "the table)",
         "", machine, "",
         f"From one cold start (`rl.sft.cold_start`, ~1M-parameter Llama, reused by every arm), each arm grows MCTS "
         f"trees ({c['simulations']} simulations, 2 candidates per expansion, {c['prompts_per_iteration']} prompts per "
@@ -244,7 +251,8 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str) -> s
     if rm is not None:
         last = rm["history"][-1]
         text += ["", f"The outcome reward model (`rl.reward_model`, {rm['parameters']:,} parameters, the cold start's "
-                 f"trunk) was trained on {rm['train_pairs']:,} correct-vs-incorrect response pairs from {rm['trees']} "
+                 f"trunk; lr {c['reward_model_lr']}, {c['reward_model_epochs']} epochs) was trained on {rm['train_pairs']:,} "
+                 f"correct-vs-incorrect response pairs from {rm['trees']} "
                  f"stored trees (every run's); held-out pair accuracy "
                  f"{last.get('heldout_accuracy', float('nan')):.3f} on {rm['heldout_pairs']} pairs. It reranks "
                  f"samples of the cold start on the same held-out problems (sampling seeds {c['rerank_seeds']}).",

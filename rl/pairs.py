@@ -19,8 +19,9 @@ Reasoning via Iterative Preference Learning"; Lai et al. 2024, Step-DPO; Chen et
 - **Response pairs.** Whole responses to the same prompt with different rewards (the usual
   correct-vs-incorrect pairs of iterative DPO, Pang et al. 2024, and of outcome reward models). The
   distinct responses are ranked by reward (best first) and by reward (worst first), both stably in
-  leaf order, and the i-th best is paired with the i-th worst while its reward is strictly higher, up
-  to `response_pairs` pairs per prompt.
+  leaf order; `response_pairing="ranks"` pairs the i-th best with the i-th worst while its reward is
+  strictly higher, "all" takes every (higher, lower) combination, best first, each up to
+  `response_pairs` pairs per prompt.
 
 A pair that repeats another (same context, chosen and rejected ids) is kept once.
 """
@@ -52,6 +53,9 @@ class PairConfig:
     down to its subtree's best (chosen) / worst (rejected) rewarded leaf."""
     response_pairs: int = 4
     """Most pairs of whole responses (higher vs lower reward) per prompt; 0 takes none."""
+    response_pairing: Literal["ranks", "all"] = "ranks"
+    """Which response pairs: "ranks" = the i-th best with the i-th worst (each response in one pair at most);
+    "all" = every (higher, lower) combination, best first (a reward model's fuller use of a prompt)."""
     min_margin: float = 0.0
     """A pair's outcomes (values or rewards) must differ by more than this (>= 0)."""
 
@@ -60,6 +64,8 @@ class PairConfig:
             raise ValueError(f"PairConfig.continuation must be one of ['leaf', 'step']; got {self.continuation!r}")
         if not isinstance(self.response_pairs, int) or self.response_pairs < 0:
             raise ValueError(f"PairConfig.response_pairs must be an integer >= 0; got {self.response_pairs!r}")
+        if self.response_pairing not in ("ranks", "all"):
+            raise ValueError(f"PairConfig.response_pairing must be one of ['all', 'ranks']; got {self.response_pairing!r}")
         if not self.min_margin >= 0:
             raise ValueError(f"PairConfig.min_margin must be >= 0; got {self.min_margin!r}")
         if not self.step_pairs and self.response_pairs == 0:
@@ -162,10 +168,18 @@ def response_pairs(tree: SearchTree, group: int, config: PairConfig) -> list[Pre
     leaves = list(distinct.values())
     best_first = sorted(leaves, key=lambda leaf: -tree[leaf].reward)
     worst_first = sorted(leaves, key=lambda leaf: tree[leaf].reward)
+    if config.response_pairing == "ranks":
+        candidates = zip(best_first, worst_first)
+    else:
+        candidates = ((c, r) for c in best_first for r in worst_first)
     pairs = []
-    for chosen, rejected in zip(best_first, worst_first):
-        if len(pairs) == config.response_pairs or not tree[chosen].reward - tree[rejected].reward > config.min_margin:
+    for chosen, rejected in candidates:
+        if len(pairs) == config.response_pairs:
             break
+        if not tree[chosen].reward - tree[rejected].reward > config.min_margin:
+            if config.response_pairing == "ranks":
+                break
+            continue
         top_c, top_r = tree.path(chosen)[1], tree.path(rejected)[1]
         pairs.append(_pair(tree, group, "response", ROOT, (top_c, chosen), (top_r, rejected), tree[chosen].reward,
                            tree[rejected].reward))

@@ -54,9 +54,9 @@ def rerank_comparison(config, model_dir: Path, held_out, task, engine) -> dict:
     out = Path(config.output_dir)
     stores = [out / "runs" / f"{arm}_seed{seed}" / "trees.jsonl" for arm in config.arms for seed in config.seeds]
     trees = [stored.tree for store in stores for stored in TreeStore(store).load()]
-    trained = train_reward_model(model_dir, trees, RewardModelConfig(pairs_per_prompt=4, epochs=config.reward_model_epochs,
-                                                                     lr=1e-3, progress=config.progress),
-                                 out / "reward_model")
+    settings = RewardModelConfig(pairs_per_prompt=4, epochs=config.reward_model_epochs, lr=config.reward_model_lr,
+                                 progress=config.progress)
+    trained = train_reward_model(model_dir, trees, settings, out / "reward_model")
     scorer = load_scorer(trained.folder)
     params = engine.num_parameters
     prompts = [engine.encode_prompt(p.question) for p in held_out]

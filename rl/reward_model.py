@@ -2,8 +2,8 @@
 
 The model: a sequence-classification head (one logit) on a copy of the policy's trunk, read at the last
 token of prompt + response (Ouyang et al. 2022, InstructGPT's reward model; Cobbe et al. 2021's ORM).
-The data: whole responses to one prompt with different verifier rewards, the correct one preferred
-(`rl.pairs.response_pairs`). The loss (Bradley & Terry 1952, as InstructGPT eq. 1 and TRL's
+The data: whole responses to one prompt with different verifier rewards, the correct one preferred, every
+combination up to a cap per prompt (`rl.pairs.response_pairs` with response_pairing "all"). The loss (Bradley & Terry 1952, as InstructGPT eq. 1 and TRL's
 RewardTrainer): -log sigmoid(r(chosen) - r(rejected)); accuracy is the share of pairs ranked right.
 Held-out accuracy is measured on whole trees (prompts) kept out of training.
 
@@ -53,7 +53,8 @@ class RewardModelConfig:
     """Bradley-Terry training of an outcome reward model on response pairs from trees (rl/reward_model.py)."""
 
     pairs_per_prompt: int = 8
-    """Most (correct, incorrect) response pairs per prompt (>= 1; rl.pairs' response pairs)."""
+    """Most (better, worse) response pairs per prompt (>= 1): every combination of distinct responses with
+    different rewards, best first (rl.pairs, response_pairing "all")."""
     lr: float = 1e-3
     """AdamW learning rate (> 0)."""
     epochs: int = 2
@@ -133,7 +134,7 @@ def train_reward_model(policy_folder: str | os.PathLike, trees: Sequence[SearchT
         raise FileNotFoundError(f"no model folder at {str(policy_folder)!r} (expected a config.json there)")
     rng = np.random.default_rng(config.seed)
     heldout = set(rng.permutation(len(trees))[:int(round(config.heldout_fraction * len(trees)))].tolist())
-    pair_config = PairConfig(step_pairs=False, response_pairs=config.pairs_per_prompt)
+    pair_config = PairConfig(step_pairs=False, response_pairs=config.pairs_per_prompt, response_pairing="all")
     pairs = preference_pairs(trees, pair_config)
     train = [p for p in pairs if p.group not in heldout]
     test = [p for p in pairs if p.group in heldout]

@@ -35,7 +35,7 @@ def offline_parser(doc: str) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tree_trainer_cli import online_configs, online_parser
+    from tree_trainer_cli import run_online
 
     from rl.dpo import DPOConfig
 
@@ -45,18 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     mode, rest = argv[0], argv[1:]
     if mode == "online":
-        from planner.logs import configure_logging
         from rl.dpo import OnlineDPO
 
-        parser = online_parser(__doc__, DPOConfig, "dpo")
-        args = parser.parse_args(rest)
-        configure_logging(args.verbose)
-        config, dpo, problems, task = online_configs(parser, args, DPOConfig, "dpo")
-        trainer = OnlineDPO(config, dpo, problems, task.reward, extract=task.verifier.extract)
-        history = trainer.run(progress=not args.quiet)
-        folder = trainer.save_policy()
-        print(f"{len(history)} rounds; pairs per round {[m['pairs'] for m in history]}; policy in {folder}")
-        return 0
+        return run_online(rest, __doc__, DPOConfig, "dpo", OnlineDPO,
+                          lambda history: f"pairs per round {[m['pairs'] for m in history]}")
     from rl.cli import dataclass_from_args
     from rl.dpo import train_dpo_offline
 

@@ -16,21 +16,12 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tree_trainer_cli import online_configs, online_parser
+    from tree_trainer_cli import run_online
 
-    from planner.logs import configure_logging
     from rl.rs_sft import RejectionSamplingSFT, RSSFTConfig
 
-    parser = online_parser(__doc__, RSSFTConfig, "rs")
-    args = parser.parse_args(argv)
-    configure_logging(args.verbose)
-    config, rs, problems, task = online_configs(parser, args, RSSFTConfig, "rs")
-    trainer = RejectionSamplingSFT(config, rs, problems, task.reward, extract=task.verifier.extract)
-    history = trainer.run(progress=not args.quiet)
-    folder = trainer.save_policy()
-    kept = [m["kept_responses"] for m in history]
-    print(f"{len(history)} rounds; responses kept per round {kept}; policy in {folder}")
-    return 0
+    return run_online(argv, __doc__, RSSFTConfig, "rs", RejectionSamplingSFT,
+                      lambda history: f"responses kept per round {[m['kept_responses'] for m in history]}")
 
 
 if __name__ == "__main__":

@@ -54,3 +54,18 @@ def online_configs(parser, args, method_config, prefix: str):
         parser.error(str(error))
     problems = task.problems[: args.limit] if args.limit else task.problems
     return config, method, problems, task
+
+
+def run_online(argv, doc: str, method_config, prefix: str, trainer_class, report) -> int:
+    """Parse, train `trainer_class(train_config, method_config, problems, reward, extract=)` for its rounds,
+    save the policy to <output_dir>/policy and print `report(history)`."""
+    from planner.logs import configure_logging
+
+    parser = online_parser(doc, method_config, prefix)
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    config, method, problems, task = online_configs(parser, args, method_config, prefix)
+    trainer = trainer_class(config, method, problems, task.reward, extract=task.verifier.extract)
+    history = trainer.run(progress=not args.quiet)
+    print(f"{len(history)} rounds; {report(history)}; policy in {trainer.save_policy()}")
+    return 0

@@ -48,6 +48,10 @@ def test_response_pairs_pair_the_ith_best_with_the_ith_worst(hand_tree):
         ("response", 0, [1, 2], [10, 13, 2], [20, 21, 2], 1.0, 0.0),
     ]
     assert len(response_pairs(hand_tree, 0, PairConfig(response_pairs=1))) == 1
+    # "all": best first A1, C1 against worst first A2, B1 (A1 and C1 are not below each other)
+    assert [(p.chosen_ids, p.rejected_ids) for p in response_pairs(hand_tree, 0, PairConfig(
+        response_pairing="all", response_pairs=10))] == [([10, 11, 2], [10, 12, 2]), ([10, 11, 2], [20, 21, 2]),
+                                                         ([10, 13, 2], [10, 12, 2]), ([10, 13, 2], [20, 21, 2])]
 
 
 def test_margin_and_forced_ids(hand_tree):

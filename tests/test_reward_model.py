@@ -70,7 +70,7 @@ def test_trains_from_trees_saves_a_folder_that_reranks_best_of_n(tmp_path):
     trees = toy_trees(tokenizer, 60)
     config = RewardModelConfig(lr=3e-3, epochs=6, batch_size=16, heldout_fraction=0.2, progress=False)
     result = train_reward_model(policy, trees, config, tmp_path / "orm")
-    assert result.train_pairs == 48 * 2 and result.heldout_pairs == 12 * 2
+    assert result.train_pairs == 48 * 4 and result.heldout_pairs == 12 * 4  # every correct with every wrong
     assert result.history[-1]["heldout_accuracy"] >= 0.9 and result.history[-1]["accuracy"] >= 0.9
     assert result.history[-1]["bt_loss"] < result.history[0]["bt_loss"]
 
