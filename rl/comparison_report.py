@@ -85,12 +85,14 @@ def summarize_runs(runs: list[dict], arms: list[str]) -> dict:
 
 
 def _plot_curves(runs: list[dict], arms: list[str], path: Path) -> None:
+    """Left: pass@1 against cumulative generated tokens. Right: the gain over the cold start, whose interval
+    pairs the problems (the same held-out problems at every point), so it shows what separates the arms."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, (ax, gain_ax) = plt.subplots(1, 2, figsize=(11, 4.4))
     for arm in arms:
         seeds = sorted({r["seed"] for r in runs if r["arm"] == arm})
         per_seed = [sorted((r for r in runs if r["arm"] == arm and r["seed"] == s), key=lambda r: r["iteration"])
@@ -99,17 +101,24 @@ def _plot_curves(runs: list[dict], arms: list[str], path: Path) -> None:
         xs = [np.mean([p[k]["generated_tokens"] for p in per_seed]) for k in range(points)]
         matrices = [_matrix([p[k] for p in per_seed]) for k in range(points)]
         bands = [seed_problem_interval(m) for m in matrices]
+        gains = [difference_interval(m, matrices[0]) for m in matrices]
         (line,) = ax.plot(xs, [m.mean() for m in matrices], marker="o", label=arm)
-        ax.fill_between(xs, [b[0] for b in bands], [b[1] for b in bands], color=line.get_color(), alpha=0.15,
-                        linewidth=0)
+        color = line.get_color()
+        ax.fill_between(xs, [b[0] for b in bands], [b[1] for b in bands], color=color, alpha=0.15, linewidth=0)
         for run in per_seed:
-            ax.plot([r["generated_tokens"] for r in run], [r["pass@1"] for r in run], color=line.get_color(),
-                    alpha=0.35, linewidth=0.8)
-    ax.set_xlabel("cumulative generated tokens (search included)")
+            ax.plot([r["generated_tokens"] for r in run], [r["pass@1"] for r in run], color=color, alpha=0.35,
+                    linewidth=0.8)
+        gain_ax.plot(xs, [m.mean() - matrices[0].mean() for m in matrices], marker="o", color=color, label=arm)
+        gain_ax.fill_between(xs, [g[0] for g in gains], [g[1] for g in gains], color=color, alpha=0.15, linewidth=0)
     ax.set_ylabel("sampled pass@1 on held-out problems")
-    ax.set_title("seed mean (thick), each seed (thin); band = 95% interval over seeds and problems", fontsize=8)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.set_title("seed mean (thick), each seed (thin); band: 95% interval over seeds and problems", fontsize=8)
+    gain_ax.axhline(0.0, color="black", linewidth=0.8)
+    gain_ax.set_ylabel("pass@1 minus the cold start's")
+    gain_ax.set_title("gain; band: 95% interval, problems paired, seeds resampled", fontsize=8)
+    for axis in (ax, gain_ax):
+        axis.set_xlabel("cumulative generated tokens (search included)")
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -12,6 +12,8 @@ reward model scored).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -45,13 +47,20 @@ def rerank_samples(groups, problems, scorer, reward_fn, extract, equivalent, pro
 def rerank_comparison(config, model_dir: Path, held_out, task, engine) -> dict:
     """Train the outcome reward model on the stored trees of every run, then rerank samples of
     the cold-start policy (`engine`, holding its weights) on the held-out problems; returns rows and the
-    reward model's training record."""
+    reward model's training record. A reranking already done with the same settings (reranking.json) is
+    reused."""
     from planner.prm_scorers import load_scorer
     from rl.comparison import solved_matrix
     from rl.reward_model import RewardModelConfig, train_reward_model
     from rl.tree_store import TreeStore
 
     out = Path(config.output_dir)
+    record = out / "reranking.json"
+    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("output_dir", "progress", "backend")}
+    if record.is_file() and json.loads(record.read_text())["settings"] == settings:  # done with these settings
+        saved = json.loads(record.read_text())
+        return {"rows": [{**r, "solved": np.array(r["solved"])} for r in saved["rows"]],
+                "reward_model": saved["reward_model"]}
     stores = [out / "runs" / f"{arm}_seed{seed}" / "trees.jsonl" for arm in config.arms for seed in config.seeds]
     trees = [stored.tree for store in stores for stored in TreeStore(store).load()]
     settings = RewardModelConfig(pairs_per_prompt=4, epochs=config.reward_model_epochs, lr=config.reward_model_lr,
@@ -78,6 +87,9 @@ def rerank_comparison(config, model_dir: Path, held_out, task, engine) -> dict:
             rows.append({"method": method, "size": n, "solved": matrix,
                          "generated_tokens_per_problem": generated,
                          "flops_per_problem": 2 * params * (generated + prompt_tokens) + 2 * scorer.num_parameters * scored})
-    return {"rows": rows, "reward_model": {"history": trained.history, "train_pairs": trained.train_pairs,
-                                           "heldout_pairs": trained.heldout_pairs, "trees": len(trees),
-                                           "parameters": scorer.num_parameters}}
+    result = {"rows": rows, "reward_model": {"history": trained.history, "train_pairs": trained.train_pairs,
+                                             "heldout_pairs": trained.heldout_pairs, "trees": len(trees),
+                                             "parameters": scorer.num_parameters}}
+    record.write_text(json.dumps({"settings": settings, **result, "rows": [{**r, "solved": r["solved"].tolist()}
+                                                                         for r in rows]}) + "\n")
+    return result

@@ -77,7 +77,7 @@ def test_trains_from_trees_saves_a_folder_that_reranks_best_of_n(tmp_path):
     scorer = load_scorer(tmp_path / "orm")  # its scorer.json: sequence classification over the sampled ids
     assert isinstance(scorer, SequenceRewardScorer) and scorer.input == "ids"
     tree = toy_trees(tokenizer, 61)[-1]  # an unseen prompt
-    prefixes = [tree.prefix_ids(leaf) for leaf in tree.leaves()[1:] if leaf]
+    prefixes = [tree.prefix_ids(leaf) for leaf in tree.leaves()]  # 2 right, then 2 wrong
     values = scorer.score(prefixes, prompt_len=len(tree.prompt_ids), finished=[True] * len(prefixes))
     assert min(values[:2]) > max(values[2:])  # both correct responses above both wrong ones
     assert all(0 < v < 1 for v in values)
