@@ -2,6 +2,8 @@
 
 from planner.budget import Budget, ComputeRecord
 from planner.policy import ComputeStats, Policy, Sample, SamplingParams, load_policy
+from planner.prm_scorers import (PRM_FORMATS, MathShepherdScorer, QwenPRMScorer, SequenceRewardScorer, TokenValueScorer,
+                                 load_scorer)
 from planner.scorers import (AGGREGATIONS, ConfidenceScorer, ModelScorer, MonteCarloScorer, OutcomeScorer, Scorer,
                              VerifierOracleScorer)
 from planner.solve import Solution, solve, solve_batch
@@ -15,5 +17,6 @@ __all__ = [
     "STRATEGIES", "CONFIGS", "BestOfNConfig", "BeamConfig", "DVTSConfig", "MCTSConfig", "BudgetForcingConfig",
     "SearchResult", "Scorer", "ModelScorer", "ConfidenceScorer", "MonteCarloScorer", "OutcomeScorer",
     "VerifierOracleScorer",
-    "AGGREGATIONS", "Budget", "ComputeRecord", "solve", "solve_batch", "Solution",
+    "AGGREGATIONS", "PRM_FORMATS", "MathShepherdScorer", "QwenPRMScorer", "SequenceRewardScorer", "TokenValueScorer",
+    "load_scorer", "Budget", "ComputeRecord", "solve", "solve_batch", "Solution",
 ]

@@ -181,6 +181,20 @@ class ModelScorer(Scorer):
     def _score_batch(self, batch: list[list[int]]) -> list[float]:
         import torch
 
+        logits, last = self._head_outputs(batch)  # (B, T), (B,)
+        raw = logits[torch.arange(len(batch), device=self.device), last]  # (B,)
+        return self._squash(raw).tolist()
+
+    def _squash(self, raw):
+        import torch
+
+        return torch.sigmoid(raw) if self.squash == "sigmoid" else raw.clamp(0.0, 1.0)
+
+    def _head_outputs(self, batch: list[list[int]]):
+        """The head's raw output at every position (B, T) of the padded batch, and the column of each
+        prefix's last token (B,)."""
+        import torch
+
         width = max(len(p) for p in batch)
         pad = [[self.pad_token_id] * (width - len(p)) for p in batch]
         if self.padding_side == "right":
@@ -199,9 +213,7 @@ class ModelScorer(Scorer):
         logits = (out.logits if hasattr(out, "logits") else out).float()[..., 0]  # (B, T)
         last = (torch.tensor([len(p) - 1 for p in batch], device=self.device) if self.padding_side == "right"
                 else torch.full((len(batch),), width - 1, device=self.device))
-        raw = logits[torch.arange(len(batch), device=self.device), last]  # (B,)
-        value = torch.sigmoid(raw) if self.squash == "sigmoid" else raw.clamp(0.0, 1.0)
-        return value.tolist()
+        return logits, last
 
 
 # ---- the policy's own confidence ----------------------------------------------------------------

@@ -11,6 +11,11 @@ from rl.losses import (PolicyLossConfig, dpo_loss, entropy_from_logits, is_finit
 from rl.cold_start import COLD_START_SFT, ColdStartResult, cold_start, pass_rates
 from rl.sft import SFTConfig, SFTResult, load_pairs, train_sft
 from rl.trainer import SearchTrainer
+from rl.tree_store import StoredTree, TreeStore
+from rl.pairs import PairConfig, PreferencePair, preference_pairs
+from rl.dpo import DPOConfig, OnlineDPO, train_dpo_offline
+from rl.rs_sft import RejectionSamplingSFT, RSSFTConfig
+from rl.reward_model import RewardModelConfig, bradley_terry_loss, train_reward_model
 
 __all__ = [
     "SearchTrainer", "TrainConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic",
@@ -21,4 +26,7 @@ __all__ = [
     "PolicyLossConfig", "policy_loss", "value_loss", "dpo_loss", "sft_loss", "sequence_logprobs",
     "entropy_from_logits", "masked_mean", "masked_whiten", "is_finite_loss",
     "SFTConfig", "SFTResult", "ColdStartResult", "COLD_START_SFT", "train_sft", "cold_start", "load_pairs", "pass_rates",
+    "TreeStore", "StoredTree", "PairConfig", "PreferencePair", "preference_pairs", "DPOConfig", "OnlineDPO",
+    "train_dpo_offline", "RSSFTConfig", "RejectionSamplingSFT", "RewardModelConfig", "bradley_terry_loss",
+    "train_reward_model",
 ]

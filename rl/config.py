@@ -61,6 +61,9 @@ class TrainConfig:
     """Policy model folder (a save_pretrained folder; see planner.policy.local_models)."""
     output_dir: str = "runs/train"
     """Where metrics (metrics.jsonl, metrics.csv, TensorBoard events) and checkpoints go."""
+    tree_store: str | None = None
+    """Append every iteration's rewarded trees to this JSONL tree store (rl/tree_store.py), tagged with the
+    policy version, for DPO, rejection-sampling SFT and the reward model to read later. None: not kept."""
     backend: Literal["hf", "vllm"] = "hf"
     """Serving engine for search: "hf" (transformers) or "vllm"."""
     iterations: int = 10

@@ -156,14 +156,28 @@ def load_pairs(path: str | os.PathLike) -> list[Pair]:
     return pairs
 
 
-def _as_pairs(data) -> list[Pair]:
+def _is_token_pair(item) -> bool:
+    return isinstance(item, Mapping) and "prompt_ids" in item
+
+
+def _as_pairs(data) -> list:
     if isinstance(data, (str, os.PathLike)):
         pairs = load_pairs(data)
     else:
-        pairs = [(d["prompt"], d["response"]) if isinstance(d, Mapping) else (d[0], d[1]) for d in data]
+        pairs = [d if _is_token_pair(d) else (d["prompt"], d["response"]) if isinstance(d, Mapping) else (d[0], d[1])
+                 for d in data]
     if not pairs:
         raise ValueError("SFT data is empty: pass at least one (prompt, response) pair or a non-empty JSONL file")
     return pairs
+
+
+def _encode(tokenizer, item, max_length: int | None) -> tuple[list[int], int]:
+    """`encode_pair` of a text pair; a token pair ({"prompt_ids", "response_ids"}: ids a policy sampled,
+    rejection-sampling SFT's data) is trained on as it is, never re-encoded from its text."""
+    if not _is_token_pair(item):
+        return encode_pair(tokenizer, *item, max_length)
+    ids = list(item["prompt_ids"]) + list(item["response_ids"])
+    return (ids[:max_length] if max_length else ids), len(item["prompt_ids"])
 
 
 def encode_pair(tokenizer, prompt: str, response: str, max_length: int | None = None) -> tuple[list[int], int]:
@@ -228,7 +242,9 @@ def train_sft(model, data, config: SFTConfig | None = None, *, tokenizer=None,
     """Fine-tune a causal LM on (prompt, response) pairs with the loss on the response tokens only.
 
     model: a Hugging Face folder, or a loaded `PreTrainedModel` (then `tokenizer` is required).
-    data: a JSONL path, or pairs as `(prompt, response)` tuples or `{"prompt", "response"}` dicts.
+    data: a JSONL path, or pairs as `(prompt, response)` tuples or `{"prompt", "response"}` dicts, or
+    sampled token ids as `{"prompt_ids", "response_ids"}` dicts (trained on as they are: the response ids
+    must carry their own end-of-sequence id).
     output_dir: when given, the model, tokenizer and `sft_history.json` are saved there at the end
     (a `save_pretrained` folder that `planner.policy.load_policy(folder, "hf")` and vLLM load).
     eval_fn / should_stop: see `EvalFn` / `StopFn`; training stops early when `should_stop` says so.
@@ -244,7 +260,7 @@ def train_sft(model, data, config: SFTConfig | None = None, *, tokenizer=None,
         model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     elif tokenizer is None:
         raise ValueError("train_sft: pass tokenizer= along with an in-memory model")
-    encoded = [encode_pair(tokenizer, p, r, config.max_length) for p, r in pairs]
+    encoded = [_encode(tokenizer, item, config.max_length) for item in pairs]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if config.device is not None:
         model.to(resolve_device(config.device))

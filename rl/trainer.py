@@ -36,6 +36,7 @@ from rl.config import TrainConfig
 from rl.learner import Learner, derived_seed
 from rl.metrics import MetricsLogger
 from rl.runtime import torch_settings
+from rl.tree_store import TreeStore
 
 __all__ = ["SearchTrainer"]
 
@@ -57,7 +58,10 @@ class SearchTrainer:
     gives a response's answer for the strategies' votes (None: the strategy's default).
     """
 
-    def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, resume: bool = False) -> None:
+    def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, resume: bool = False,
+                 engine=None) -> None:
+        """engine: a running `Policy` that already holds config.model's weights, to use instead of starting one
+        (several runs in one process share it: rl/comparison.py)."""
         if not problems:
             raise ValueError("SearchTrainer needs at least one problem to train on")
         distributed.init_from_environment()  # launched by torchrun: one learner rank per process
@@ -73,7 +77,10 @@ class SearchTrainer:
         self.iteration = 0
         with self._scope():
             self.learner = Learner(config)
-            self.engine = self._load_engine() if distributed.is_main() else None  # rank 0 searches
+            if not distributed.is_main():
+                self.engine = None  # rank 0 searches
+            else:
+                self.engine = engine if engine is not None else self._load_engine()
         if self.engine is not None:
             self.tokenizer = self.engine.tokenizer
         else:
@@ -83,6 +90,8 @@ class SearchTrainer:
         if resume and checkpoint.exists(config.output_dir):
             self.iteration = checkpoint.load(config.output_dir, self.learner)
             self._push()
+        self.tree_store = (TreeStore(config.tree_store).start(self.iteration)
+                           if config.tree_store and distributed.is_main() else None)
         self.logger = (MetricsLogger(config.output_dir, resume_from=self.iteration if resume else None)
                        if distributed.is_main() else None)
 
@@ -148,6 +157,8 @@ class SearchTrainer:
                          for k, r in enumerate(results)], self.engine)
         for result, problem in zip(results, problems):
             reward_leaves(result.tree, self.reward_fn, problem)
+        if self.tree_store is not None:  # tagged with the policy version that sampled them
+            self.tree_store.append([r.tree for r in results], problems, self.iteration)
         return [r.tree for r in results], results
 
     def greedy_rewards(self, problems: Sequence) -> torch.Tensor:

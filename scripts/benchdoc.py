@@ -31,10 +31,11 @@ def machine_line() -> str:
             f"commit {commit} (plus the working tree at the time).")
 
 
-def update_section(heading: str, body: str) -> Path:
-    """Replace (or append) the `## heading` section of docs/benchmarks.md with `body`."""
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    text = DOC.read_text() if DOC.exists() else HEADER
+def update_section(heading: str, body: str, doc: Path = DOC, header: str = HEADER) -> Path:
+    """Replace (or append) the `## heading` section of `doc` (docs/benchmarks.md) with `body`; a new file
+    starts with `header`."""
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    text = doc.read_text() if doc.exists() else header
     title = f"## {heading}\n"
     section = f"{title}\n{body.strip()}\n\n"
     if title in text:
@@ -43,5 +44,5 @@ def update_section(heading: str, body: str) -> Path:
         text = text[:start] + section + (text[end + 1:] if end != -1 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
-    DOC.write_text(text)
-    return DOC
+    doc.write_text(text)
+    return doc

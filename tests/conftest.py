@@ -120,3 +120,27 @@ def check_golden():
         assert data == json.loads(path.read_text()), f"the tree differs from the golden file {path}"
 
     return check
+
+
+@pytest.fixture
+def hand_tree():
+    """A rewarded tree built by hand (tests/test_pairs.py works its pairs out):
+
+        root [1, 2]
+        |- A [10]        |- A1 [11, 2] r=1   |- A2 [12, 2] r=0   |- A3 [11, 2] r=1 (A1's ids again)
+        |- B [20]        |- B1 [21, 2] r=0
+        |- C [10] (A's ids again) |- C1 [13, 2] r=1
+
+    Node indices: root 0, A 1, B 2, C 3, A1 4, A2 5, A3 6, B1 7, C1 8. Log-probabilities are -id / 100.
+    """
+    from planner.tree import SearchTree
+
+    tree = SearchTree.new([1, 2], "prompt")
+    lp = lambda ids: [-t / 100 for t in ids]  # noqa: E731
+    for ids in ([10], [20], [10]):
+        tree.add_child(0, ids, lp(ids), finish_reason="step")
+    for parent, ids, reward in ((1, [11, 2], 1.0), (1, [12, 2], 0.0), (1, [11, 2], 1.0), (2, [21, 2], 0.0),
+                                (3, [13, 2], 1.0)):
+        leaf = tree.add_child(parent, ids, lp(ids), finish_reason="stop", terminal=True)
+        tree[leaf].reward = reward
+    return tree

@@ -1,0 +1,69 @@
+"""DPO from search trees: sibling-step pairs (Step-DPO style) and whole-response pairs (rl/dpo.py).
+
+Online (iterative: fresh trees from the current policy every round, pairs, DPO, push, repeat):
+    python scripts/train_dpo.py online --model runs/demo/sft --task arithmetic --iterations 10 --strategy mcts \
+        --mcts.num_simulations 8 --mcts.step_delimiter $'\n' --dpo.beta 0.1 --dpo.loss_type sigmoid
+Offline (the trees of a tree store, written by any trainer with --tree_store):
+    python scripts/train_dpo.py offline --model runs/demo/sft --store runs/train/trees.jsonl --output_dir runs/dpo
+
+`python scripts/train_dpo.py online --help` and `... offline --help` list every option of each mode.
+Online metrics go to <output_dir>/metrics.jsonl, metrics.csv and tensorboard/, the trained policy to
+<output_dir>/policy; offline, the trained policy goes to --output_dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def offline_parser(doc: str) -> argparse.ArgumentParser:
+    from rl.cli import add_dataclass_arguments
+    from rl.dpo import DPOConfig
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="the policy folder to train (and the reference with "
+                                                       "--dpo.reference model)")
+    parser.add_argument("--store", required=True, help="the JSONL tree store to read (rl/tree_store.py)")
+    parser.add_argument("--output_dir", required=True, help="where the trained policy is saved")
+    parser.add_argument("--min_version", type=int, default=None, help="only trees of policy versions >= this")
+    parser.add_argument("--max_version", type=int, default=None, help="only trees of policy versions <= this")
+    parser.add_argument("--device", default="cpu", help='"cpu", "cuda" or "auto" (default: cpu)')
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
+    add_dataclass_arguments(parser, DPOConfig, prefix="dpo.")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tree_trainer_cli import run_online
+
+    from rl.dpo import DPOConfig
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in ("online", "offline"):
+        print(__doc__)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    mode, rest = argv[0], argv[1:]
+    if mode == "online":
+        from rl.dpo import OnlineDPO
+
+        return run_online(rest, __doc__, DPOConfig, "dpo", OnlineDPO,
+                          lambda history: f"pairs per round {[m['pairs'] for m in history]}")
+    from rl.cli import dataclass_from_args
+    from rl.dpo import train_dpo_offline
+
+    parser = offline_parser(__doc__)
+    args = parser.parse_args(rest)
+    try:
+        dpo = dataclass_from_args(DPOConfig, args, prefix="dpo.")
+        result = train_dpo_offline(args.model, args.store, dpo, args.output_dir, min_version=args.min_version,
+                                   max_version=args.max_version, device=args.device, threads=args.threads)
+    except (ValueError, FileNotFoundError) as error:
+        parser.error(str(error))
+    print(f"DPO on {result.metrics['pairs']} pairs from {result.metrics['trees']} trees: loss "
+          f"{result.metrics.get('dpo_loss', float('nan')):.4f}; policy in {result.policy_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
