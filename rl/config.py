@@ -63,6 +63,14 @@ class TrainConfig:
     """Where metrics (metrics.jsonl, metrics.csv, TensorBoard events) and checkpoints go."""
     backend: Literal["hf", "vllm"] = "hf"
     """Serving engine for search: "hf" (transformers) or "vllm"."""
+    chat: bool = True
+    """Wrap each question in the tokenizer's chat template (Policy.encode_prompt); False: the plain question."""
+    system_prompt: str | None = None
+    """The chat's system message (None: none, or the template's own default, e.g. Qwen2.5's "You are Qwen,
+    created by Alibaba Cloud. You are a helpful assistant.")."""
+    assistant_prefill: str = ""
+    """Text that opens the assistant's turn, after the template's generation prompt (e.g. "Let's think step
+    by step."). It is part of the prompt: never trained on, and not part of the graded response."""
     iterations: int = 10
     """Search-train iterations."""
     prompts_per_iteration: int = 8

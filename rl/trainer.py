@@ -102,6 +102,13 @@ class SearchTrainer:
         return VerifierOracleScorer(problem.reference, self.engine.decode, extract=lambda text: text,
                                     verify=lambda reference, text: self.reward_fn(text, problem) > 0.5)
 
+    def prompt_ids(self, problem) -> list[int]:
+        """The prompt of a problem as the engine sees it and the learner trains on: the chat template
+        (`config.chat`), the system message and the assistant prefill."""
+        c = self.config
+        return self.engine.encode_prompt(problem.question, chat=c.chat, system=c.system_prompt,
+                                         prefill=c.assistant_prefill)
+
     def grow_trees(self, problems: Sequence, seed: int):
         """One search tree per problem, every leaf rewarded; returns (trees, search results).
 
@@ -112,7 +119,7 @@ class SearchTrainer:
         the strategy's whole-response length.
         """
         jobs = [functools.partial(_search, strategy=self.config.strategy,
-                                  prompt_ids=self.engine.encode_prompt(problem.question), scorer=self._scorer(problem),
+                                  prompt_ids=self.prompt_ids(problem), scorer=self._scorer(problem),
                                   settings=self._settings(problem), seed=derived_seed(seed, k))
                 for k, problem in enumerate(problems)]
         results = run_interleaved(jobs, self.engine)
@@ -125,7 +132,7 @@ class SearchTrainer:
 
     def greedy_rewards(self, problems: Sequence) -> torch.Tensor:
         """(P,) the reward of one greedy response per problem: ReMax's baseline."""
-        prompts = [self.engine.encode_prompt(p.question) for p in problems]
+        prompts = [self.prompt_ids(p) for p in problems]
         greedy = self.engine.generate(prompts, SamplingParams(temperature=0, max_tokens=self.config.response_tokens))
         return torch.tensor([float(self.reward_fn(g[0].text, p)) for g, p in zip(greedy, problems)])
 

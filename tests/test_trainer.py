@@ -143,6 +143,23 @@ def test_nan_loss_skips_the_update_without_changing_weights(rl_model_dir, tmp_pa
     assert all(torch.equal(v, before[k]) for k, v in trainer.learner.policy.named_parameters())
 
 
+def test_trees_and_rows_carry_the_system_message_and_prefill(rl_model_dir, tmp_path):
+    """The prompt the engine samples from and the learner trains on is the chat template with the
+    configured system message and assistant prefill (written out by hand for the char template)."""
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, iterations=1, prompts_per_iteration=2,
+                                   system_prompt="Digits only.", assistant_prefill="1",
+                                   critic=CriticConfig(enabled=False)), PROBLEMS[:2], digit_fraction)
+    tok = trainer.tokenizer
+    expected = tok.encode("<|system|>Digits only.\n<|user|>write digits 0\n<|assistant|>1", add_special_tokens=False)
+    assert trainer.prompt_ids(PROBLEMS[0]) == expected
+    trees, _ = trainer.grow_trees(PROBLEMS[:1], seed=0)
+    assert trees[0].prompt_ids == expected
+    from rl.batch import batch_from_trees
+    batch = batch_from_trees(trees, trainer.pad_id)
+    first = batch.input_ids[0].tolist()
+    assert first[:len(expected)] == expected and not batch.response_mask[0, :len(expected)].any()
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"estimator": "ppo2"}, r"estimator must be one of \[.*'grpo'.*\]; got 'ppo2'"),
     ({"minibatches": 3}, r"not divisible into minibatches=3"),
