@@ -355,3 +355,31 @@ def test_cli_rejects_bad_options_before_loading_a_model(tiny_model_dir, tmp_path
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_combine_joins_problem_slices_and_stacks_strategies(tiny_model_dir, tmp_path, monkeypatch):
+    """scripts/combine_scaling.py: two slices of one strategy become one row over all their problems."""
+    from planner.policy import load_policy
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    from combine_scaling import combine, main
+
+    policy = load_policy(tiny_model_dir, backend="hf", threads=1)
+    problems = [Problem(f"t{i}", q, ref, "toy") for i, (q, ref) in enumerate([("ab", "a"), ("cd", "e"), ("x", "1")])]
+    slices = {}
+    for offset, limit in ((0, 2), (2, 1)):
+        config = ScalingConfig(model=str(tiny_model_dir), strategies=["best_of_n"], sizes={"best_of_n": [1, 2]},
+                               seeds=[0], max_tokens=6, offset=offset, limit=limit, progress=False)
+        rows = run_scaling(config, policy, problems[offset:offset + limit], grade, extract=last_char)
+        write_outputs(rows, tmp_path / f"slice{offset}", config)
+        slices[offset] = rows
+    combined = combine([tmp_path / "slice0", tmp_path / "slice2"])
+    assert [(r["strategy"], r["size"], r["problems"]) for r in combined] == [("best_of_n", 1, 3), ("best_of_n", 2, 3)]
+    for row, first, second in zip(combined, slices[0], slices[2]):
+        assert sorted(o["problem"] for o in row["outcomes"]) == [0, 1, 2]
+        assert row["generated_tokens"] == first["generated_tokens"] + second["generated_tokens"]
+        assert row["accuracy"] == pytest.approx((2 * first["accuracy"] + second["accuracy"]) / 3)
+        assert row["flops_per_problem"] == pytest.approx((first["flops"] + second["flops"]) / 3)
+    with pytest.raises(ValueError, match="repeats problems"):
+        combine([tmp_path / "slice0", tmp_path / "slice0"])
+    assert main(["--runs", str(tmp_path / "slice0"), str(tmp_path / "slice2"), "--out", str(tmp_path / "all")]) == 0
+    assert len(read_results(tmp_path / "all")) == 2 and (tmp_path / "all" / "accuracy_vs_flops.png").is_file()
