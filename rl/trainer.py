@@ -167,8 +167,11 @@ class SearchTrainer:
                     for g in batch.group.unique()]
         if c.drop_zero_variance_groups:
             batch = self._drop_flat_groups(batch)
+        learn_start = time.perf_counter()
         metrics = self.learner.update(batch, i, greedy)
+        push_start = time.perf_counter()
         self.engine.load_weights(self.learner.weights())
+        push_end = time.perf_counter()
         spent = self.engine.stats - engine_before
         metrics.update({
             "iteration": i, "reward_mean": float(batch.rewards.mean()),
@@ -177,6 +180,7 @@ class SearchTrainer:
             "response_length": float(batch.response_mask.sum(-1).mean()),
             "zero_variance_groups": float(np.mean(zero_var)), "generated_tokens": spent.generated_tokens,
             "cached_prompt_tokens": spent.cached_prompt_tokens, "search_seconds": search_seconds,
+            "learner_seconds": push_start - learn_start, "push_seconds": push_end - push_start,
             "seconds": time.perf_counter() - start})
         self.iteration += 1
         self.logger.log(metrics)

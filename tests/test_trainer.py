@@ -22,7 +22,7 @@ from rl.metrics import read_metrics
 from rl.trainer import SearchTrainer
 
 REPO = Path(__file__).resolve().parents[1]
-TIMING = {"seconds", "search_seconds", "peak_memory_mb"}  # measurements, not results
+TIMING = {"seconds", "search_seconds", "learner_seconds", "push_seconds", "peak_memory_mb"}  # measurements, not results
 
 
 @dataclass
@@ -158,6 +158,9 @@ def test_trees_and_rows_carry_the_system_message_and_prefill(rl_model_dir, tmp_p
     batch = batch_from_trees(trees, trainer.pad_id)
     first = batch.input_ids[0].tolist()
     assert first[:len(expected)] == expected and not batch.response_mask[0, :len(expected)].any()
+    metrics = trainer.step()  # and the seconds of each phase: search, learner update, weight push
+    phases = [metrics[k] for k in ("search_seconds", "learner_seconds", "push_seconds")]
+    assert all(s > 0 for s in phases) and sum(phases) <= metrics["seconds"]
 
 
 @pytest.mark.parametrize("changes, message", [
