@@ -70,7 +70,8 @@ class ScalingConfig:
     """One compute-scaling run (Snell et al. 2024): strategies x sizes x seeds over a task slice."""
 
     model: str = "smollm2"
-    """Policy: a Hugging Face save_pretrained folder, or "smollm2" for SmolLM2-135M-Instruct."""
+    """Policy: a Hugging Face save_pretrained folder, or a name: "smollm2" (SmolLM2-135M-Instruct) or
+    "qwen2.5-coder-0.5b" (Qwen2.5-Coder-0.5B-Instruct; `make qwen-parts` first)."""
     backend: Literal["hf", "vllm"] = "hf"
     """Policy backend: "hf" (transformers) or "vllm" (in-process engine with prefix caching)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -178,15 +179,10 @@ class ScalingConfig:
 
 
 def resolve_model(model: str | os.PathLike) -> Path:
-    """A model folder; "smollm2" means `planner.policy.local_models.smollm2_folder()`."""
-    if str(model) == "smollm2":
-        from planner.policy.local_models import smollm2_folder
-        return smollm2_folder()
-    path = Path(model)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no model folder at {str(path)!r} (expected a config.json there); "
-                                "pass a save_pretrained folder or 'smollm2'")
-    return path
+    """A model folder: `planner.policy.local_models.resolve_model` (a name such as "smollm2" or
+    "qwen2.5-coder-0.5b", or a save_pretrained folder)."""
+    from planner.policy.local_models import resolve_model as resolve
+    return resolve(model)
 
 
 def make_scorer(spec: str | None, policy, *, extract=None, equivalent=None, rollouts: int = 4,

@@ -58,7 +58,8 @@ class TrainConfig:
     """Search-guided RL: grow trees, reward leaves, update policy and critic, push weights."""
 
     model: str = ""
-    """Policy model folder (a save_pretrained folder; see planner.policy.local_models)."""
+    """Policy model folder (a save_pretrained folder), or a name of planner.policy.local_models.NAMED_MODELS
+    ("smollm2", "qwen2.5-coder-0.5b") for scripts/train.py."""
     output_dir: str = "runs/train"
     """Where metrics (metrics.jsonl, metrics.csv, TensorBoard events) and checkpoints go."""
     backend: Literal["hf", "vllm"] = "hf"

