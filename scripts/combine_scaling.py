@@ -21,15 +21,19 @@ TOTALS = ("problems", "generated_tokens", "prompt_tokens", "cached_prompt_tokens
           "scorer_calls", "wall_seconds")
 
 
-def combine(folders: list[Path]) -> list[dict]:
-    """The rows of every run, rows of one (strategy, size, seed) joined across problem slices."""
+def combine(folders: list[Path], rename: dict[str, str] | None = None) -> list[dict]:
+    """The rows of every run, rows of one (strategy, size, seed) joined across problem slices; `rename`
+    maps a curve's name to the one shown (e.g. best_of_n run with --final weighted -> best_of_n_weighted)."""
+    rename = rename or {}
     from planner.scaling_report import read_results
 
     joined: dict[tuple, dict] = {}
     for folder in folders:
         offset = json.loads((folder / "summary.json").read_text()).get("config", {}).get("offset", 0)
         for row in read_results(folder):
-            outcomes = [{**o, "problem": int(o["problem"]) + offset} for o in row["outcomes"]]
+            row["strategy"] = rename.get(row["strategy"], row["strategy"])
+            outcomes = [{**o, "strategy": row["strategy"], "problem": int(o["problem"]) + offset}
+                        for o in row["outcomes"]]
             key = (row["strategy"], row["size"], row["seed"])
             if key not in joined:
                 joined[key] = {**row, "outcomes": outcomes, "reward_sum": row["mean_reward"] * row["problems"]}
@@ -55,16 +59,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", nargs="+", required=True, type=Path, help="scripts/scaling.py output folders")
     parser.add_argument("--out", required=True, type=Path, help="folder for the combined outputs")
+    parser.add_argument("--rename", nargs="*", default=[], metavar="OLD=NEW",
+                        help="show curve OLD as NEW, e.g. best_of_n=best_of_n_weighted")
     parser.add_argument("--band", choices=["interval", "minmax", "std"], default="interval",
                         help="band in the plots (default: the 95%% bootstrap interval over problems)")
     args = parser.parse_args(argv)
+    rename = dict(item.split("=", 1) for item in args.rename if "=" in item)
+    if len(rename) != len(args.rename):
+        parser.error(f"--rename expects OLD=NEW pairs; got {args.rename}")
     missing = [str(f) for f in args.runs if not (f / "results.csv").is_file()]
     if missing:
         parser.error(f"not scaling outputs (no results.csv): {missing}")
     from planner.scaling_report import curve, write_outputs
 
     try:
-        rows = combine(args.runs)
+        rows = combine(args.runs, rename)
         write_outputs(rows, args.out, band=args.band)
     except ValueError as error:
         parser.error(str(error))

@@ -381,5 +381,7 @@ def test_combine_joins_problem_slices_and_stacks_strategies(tiny_model_dir, tmp_
         assert row["flops_per_problem"] == pytest.approx((first["flops"] + second["flops"]) / 3)
     with pytest.raises(ValueError, match="repeats problems"):
         combine([tmp_path / "slice0", tmp_path / "slice0"])
-    assert main(["--runs", str(tmp_path / "slice0"), str(tmp_path / "slice2"), "--out", str(tmp_path / "all")]) == 0
-    assert len(read_results(tmp_path / "all")) == 2 and (tmp_path / "all" / "accuracy_vs_flops.png").is_file()
+    assert main(["--runs", str(tmp_path / "slice0"), str(tmp_path / "slice2"), "--out", str(tmp_path / "all"),
+                 "--rename", "best_of_n=bon"]) == 0
+    assert {r["strategy"] for r in read_results(tmp_path / "all")} == {"bon"}
+    assert (tmp_path / "all" / "accuracy_vs_flops.png").is_file()
