@@ -132,6 +132,11 @@ class TrainConfig:
     (rl/learner.py says why this form). bfloat16 needs a GPU or a CPU with bf16 instructions."""
     reference_device: str | None = None
     """The reference model's device (None: the learner's), e.g. "cpu" to keep GPU memory for the policy."""
+    trainable: str | None = None
+    """A regular expression: only policy parameters whose name it matches (re.search) are trained; the rest
+    are frozen, with no gradient and no AdamW state. A learner that fits a small machine: a 630M-parameter
+    policy needs ~10 GB in float32 with AdamW, its last 4 layers ~3.5 GB
+    (e.g. "model\\.layers\\.(2[0-3])\\.|model\\.norm" for Qwen2.5-0.5B's 24 layers). None: every parameter."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward instead of storing them (policy and critic): less memory,
     about one more forward of time."""
@@ -206,6 +211,12 @@ class TrainConfig:
 
     def _check_learner_options(self) -> None:
         check_precision("TrainConfig", self.dtype, self.device)
+        if self.trainable is not None:
+            import re
+            try:
+                re.compile(self.trainable)
+            except re.error as error:
+                _fail("TrainConfig", "trainable", f"a regular expression or None ({error})", self.trainable)
         if self.engine_dtype not in ("float32", "bfloat16", "float16"):
             _fail("TrainConfig", "engine_dtype", "one of ['bfloat16', 'float16', 'float32']", self.engine_dtype)
         for name in ("micro_batch_tokens", "logprob_chunk"):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import resource
 from collections.abc import Callable, Iterator, Sequence
 
@@ -70,7 +71,7 @@ class Learner:
         self.estimator = ADVANTAGE_ESTIMATORS[config.estimator]
         self.policy = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32).to(self.device)
         self._prepare(self.policy)
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr)
+        self.optimizer = torch.optim.AdamW(self._trainable(self.policy), lr=config.lr)
         self.reference = None
         if config.uses_reference:
             self.reference = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32)
@@ -84,6 +85,20 @@ class Learner:
         beta = config.loss.kl_coef if config.kl_placement == "loss" else config.kl_reward_coef
         self.kl_controller = (AdaptiveKLController(beta, config.kl_target, horizon=10_000)
                               if config.kl_target is not None else FixedKLController(beta))
+
+    def _trainable(self, model) -> list[torch.nn.Parameter]:
+        """The parameters `config.trainable` selects (all when None); the others are frozen."""
+        if self.config.trainable is None:
+            return list(model.parameters())
+        pattern = re.compile(self.config.trainable)
+        for name, param in model.named_parameters():
+            param.requires_grad_(bool(pattern.search(name)))
+        chosen = [param for param in model.parameters() if param.requires_grad]
+        if not chosen:
+            names = [name for name, _ in model.named_parameters()]
+            raise ValueError(f"TrainConfig.trainable={self.config.trainable!r} matches none of the policy's "
+                             f"parameters (e.g. {names[:2] + names[-2:]}); fix the expression or use None")
+        return chosen
 
     def _prepare(self, model) -> None:
         model.train()

@@ -163,6 +163,22 @@ def test_trees_and_rows_carry_the_system_message_and_prefill(rl_model_dir, tmp_p
     assert all(s > 0 for s in phases) and sum(phases) <= metrics["seconds"]
 
 
+def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, iterations=1, trainable=r"model\.layers\.1\.|lm_head",
+                                   critic=CriticConfig(enabled=False)), PROBLEMS, digit_fraction)
+    before = {k: v.clone() for k, v in trainer.learner.policy.named_parameters()}
+    trainer.run(progress=False)
+    moved = {k for k, v in trainer.learner.policy.named_parameters() if not torch.equal(v, before[k])}
+    chosen = {k for k in before if k.startswith("model.layers.1.") or k == "lm_head.weight"}
+    assert moved == chosen  # every chosen parameter moved, none of the others
+    state = trainer.learner.optimizer.state
+    assert len(state) == len(chosen)  # AdamW holds state for the trained parameters only
+    served = trainer.engine.model.state_dict()  # the whole model is pushed into the engine
+    assert all(torch.equal(served[k], v) for k, v in trainer.learner.policy.state_dict().items())
+    with pytest.raises(ValueError, match=r"trainable='nothing' matches none of the policy's parameters"):
+        SearchTrainer(config(rl_model_dir, tmp_path / "none", trainable="nothing"), PROBLEMS, digit_fraction)
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"estimator": "ppo2"}, r"estimator must be one of \[.*'grpo'.*\]; got 'ppo2'"),
     ({"minibatches": 3}, r"not divisible into minibatches=3"),
@@ -170,6 +186,7 @@ def test_trees_and_rows_carry_the_system_message_and_prefill(rl_model_dir, tmp_p
     ({"estimator": "grpo", "critic": CriticConfig(target="gae")}, r"critic.target='gae' regresses GAE returns"),
     ({"mcts": MCTSConfig(temperature=0.0), "strategy": "mcts"}, r"mcts.temperature must be a number > 0"),
     ({"old_logprobs": "cache"}, r"old_logprobs must be one of \['engine', 'learner'\]; got 'cache'"),
+    ({"trainable": "layers.("}, r"trainable must be a regular expression or None .*; got 'layers.\('"),
     ({"estimator": "gae", "critic": CriticConfig(enabled=False)}, r"'gae' needs the critic"),
 ])
 def test_bad_configs_raise_one_clear_error(changes, message, tmp_path):
