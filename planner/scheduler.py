@@ -50,8 +50,8 @@ class SearchView(Policy):
     def encode(self, text: str) -> list[int]:
         return self.shared_policy.encode(text)
 
-    def encode_prompt(self, problem: str, chat: bool = True, system: str | None = None) -> list[int]:
-        return self.shared_policy.encode_prompt(problem, chat=chat, system=system)
+    def encode_prompt(self, problem: str, chat: bool = True, system: str | None = None, prefill: str = "") -> list[int]:
+        return self.shared_policy.encode_prompt(problem, chat=chat, system=system, prefill=prefill)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.shared_policy.decode(token_ids)

@@ -58,7 +58,8 @@ class TrainConfig:
     """Search-guided RL: grow trees, reward leaves, update policy and critic, push weights."""
 
     model: str = ""
-    """Policy model folder (a save_pretrained folder; see planner.policy.local_models)."""
+    """Policy model folder (a save_pretrained folder), or a name of planner.policy.local_models.NAMED_MODELS
+    ("smollm2", "qwen2.5-coder-0.5b") for scripts/train.py."""
     output_dir: str = "runs/train"
     """Where metrics (metrics.jsonl, metrics.csv, TensorBoard events) and checkpoints go."""
     tree_store: str | None = None
@@ -66,6 +67,14 @@ class TrainConfig:
     policy version, for DPO, rejection-sampling SFT and the reward model to read later. None: not kept."""
     backend: Literal["hf", "vllm"] = "hf"
     """Serving engine for search: "hf" (transformers) or "vllm"."""
+    chat: bool = True
+    """Wrap each question in the tokenizer's chat template (Policy.encode_prompt); False: the plain question."""
+    system_prompt: str | None = None
+    """The chat's system message (None: none, or the template's own default, e.g. Qwen2.5's "You are Qwen,
+    created by Alibaba Cloud. You are a helpful assistant.")."""
+    assistant_prefill: str = ""
+    """Text that opens the assistant's turn, after the template's generation prompt (e.g. "Let's think step
+    by step."). It is part of the prompt: never trained on, and not part of the graded response."""
     iterations: int = 10
     """Search-train iterations."""
     prompts_per_iteration: int = 8
@@ -139,6 +148,11 @@ class TrainConfig:
     """Launched by torchrun over several ranks (rl/distributed.py): "ddp" keeps a full copy of each model
     per rank and averages gradients; "fsdp" (FSDP2 `fully_shard`) shards parameters, gradients and
     AdamW state over ranks, for models that do not fit one device. No effect in one process."""
+    trainable: str | None = None
+    """A regular expression: only policy parameters whose name it matches (re.search) are trained; the rest
+    are frozen, with no gradient and no AdamW state. A learner that fits a small machine: a 630M-parameter
+    policy needs ~10 GB in float32 with AdamW, its last 4 layers ~3.5 GB
+    (e.g. "model\\.layers\\.(2[0-3])\\.|model\\.norm" for Qwen2.5-0.5B's 24 layers). None: every parameter."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward instead of storing them (policy and critic): less memory,
     about one more forward of time."""
@@ -221,6 +235,12 @@ class TrainConfig:
 
     def _check_learner_options(self) -> None:
         check_precision("TrainConfig", self.dtype, self.device)
+        if self.trainable is not None:
+            import re
+            try:
+                re.compile(self.trainable)
+            except re.error as error:
+                _fail("TrainConfig", "trainable", f"a regular expression or None ({error})", self.trainable)
         if self.engine_dtype not in ("float32", "bfloat16", "float16"):
             _fail("TrainConfig", "engine_dtype", "one of ['bfloat16', 'float16', 'float32']", self.engine_dtype)
         for name in ("micro_batch_tokens", "logprob_chunk", "pack_tokens"):

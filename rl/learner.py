@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import resource
 from collections.abc import Callable, Iterator, Sequence
 
@@ -78,10 +79,11 @@ class Learner:
         self.estimator = ADVANTAGE_ESTIMATORS[config.estimator]
         self.policy = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32).to(self.device)
         self._prepare(self.policy)
+        self._freeze_untrainable(self.policy)  # before DDP/FSDP see the parameters
         # Data parallel over torchrun's ranks (rl/distributed.py): the forward modules are what DDP/FSDP wrap.
         self.policy_forward = distributed.wrap(PolicyForward(self.policy, config.logprob_chunk), config.data_parallel,
                                                layers=_layers(self.policy))
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr)
+        self.optimizer = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=config.lr)
         self.reference = self.reference_forward = None
         if config.uses_reference:
             self.reference = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32)
@@ -103,6 +105,19 @@ class Learner:
         beta = config.loss.kl_coef if config.kl_placement == "loss" else config.kl_reward_coef
         self.kl_controller = (AdaptiveKLController(beta, config.kl_target, horizon=10_000)
                               if config.kl_target is not None else FixedKLController(beta))
+
+    def _freeze_untrainable(self, model) -> None:
+        """Freeze the parameters `config.trainable` does not select (none when it is None)."""
+        if self.config.trainable is None:
+            return
+        pattern = re.compile(self.config.trainable)
+        for name, param in model.named_parameters():
+            param.requires_grad_(bool(pattern.search(name)))
+        chosen = [param for param in model.parameters() if param.requires_grad]
+        if not chosen:
+            names = [name for name, _ in model.named_parameters()]
+            raise ValueError(f"TrainConfig.trainable={self.config.trainable!r} matches none of the policy's "
+                             f"parameters (e.g. {names[:2] + names[-2:]}); fix the expression or use None")
 
     def _prepare(self, model) -> None:
         model.train()

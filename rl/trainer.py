@@ -138,6 +138,13 @@ class SearchTrainer:
         return VerifierOracleScorer(problem.reference, self.engine.decode, extract=lambda text: text,
                                     verify=lambda reference, text: self.reward_fn(text, problem) > 0.5)
 
+    def prompt_ids(self, problem) -> list[int]:
+        """The prompt of a problem as the engine sees it and the learner trains on: the chat template
+        (`config.chat`), the system message and the assistant prefill."""
+        c = self.config
+        return self.engine.encode_prompt(problem.question, chat=c.chat, system=c.system_prompt,
+                                         prefill=c.assistant_prefill)
+
     def grow_trees(self, problems: Sequence, seed: int):
         """One search tree per problem, every leaf rewarded; returns (trees, search results).
 
@@ -148,7 +155,7 @@ class SearchTrainer:
         the strategy's whole-response length.
         """
         jobs = [functools.partial(_search, strategy=self.config.strategy,
-                                  prompt_ids=self.engine.encode_prompt(problem.question), scorer=self._scorer(problem),
+                                  prompt_ids=self.prompt_ids(problem), scorer=self._scorer(problem),
                                   settings=self._settings(problem), seed=derived_seed(seed, k))
                 for k, problem in enumerate(problems)]
         results = run_interleaved(jobs, self.engine)
@@ -163,7 +170,7 @@ class SearchTrainer:
 
     def greedy_rewards(self, problems: Sequence) -> torch.Tensor:
         """(P,) the reward of one greedy response per problem: ReMax's baseline."""
-        prompts = [self.engine.encode_prompt(p.question) for p in problems]
+        prompts = [self.prompt_ids(p) for p in problems]
         greedy = self.engine.generate(prompts, SamplingParams(temperature=0, max_tokens=self.config.response_tokens))
         return torch.tensor([float(self.reward_fn(g[0].text, p)) for g, p in zip(greedy, problems)])
 
@@ -219,12 +226,16 @@ class SearchTrainer:
         if self.engine is not None:
             self.engine.sleep()  # frees the engine's GPU memory for the learner (a no-op without a shared GPU)
         sleep_seconds = time.perf_counter() - sleep_seconds
+        learn_start = time.perf_counter()
         metrics = self.learner.update(batch, i, greedy)
+        learner_seconds = time.perf_counter() - learn_start
         wake = time.perf_counter()
         if self.engine is not None:
             self.engine.wake_up()
         sleep_seconds += time.perf_counter() - wake
+        push_start = time.perf_counter()
         self._push()
+        push_seconds = time.perf_counter() - push_start
         rows = distributed.all_sum(len(batch))
         metrics.update({
             "iteration": i, "reward_mean": float(distributed.all_sum(batch.rewards.sum()) / rows),
@@ -233,7 +244,8 @@ class SearchTrainer:
         self.iteration += 1
         if distributed.is_main():
             metrics.update(searched)
-            metrics.update({"engine_sleep_seconds": sleep_seconds, "seconds": time.perf_counter() - start})
+            metrics.update({"engine_sleep_seconds": sleep_seconds, "learner_seconds": learner_seconds,
+                            "push_seconds": push_seconds, "seconds": time.perf_counter() - start})
             self.logger.log(metrics)
         if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
             checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration)  # every rank: rank 0 writes

