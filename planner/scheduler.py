@@ -13,8 +13,9 @@ job of the list (continuous refilling), which runs to its first request in the s
 engine is not left waiting on the searches that happen to be slow. Then every pending request is
 answered, one merged call per kind of request (in the order of each kind's first job):
 
-- generate calls of one sampling shape (same n, max_tokens, stop, ...): one `policy.generate` over all
-  their prompts, in job order, with a seed derived from the jobs' own seeds (a lone call keeps its own);
+- generate calls of one sampling shape (same max_tokens, stop, temperature, ...; n may differ): one
+  `policy.generate` over all their prompts, in job order, with a seed derived from the jobs' own seeds
+  (a lone call keeps its own; `_Rendezvous.generate_merged` says how calls of different n merge);
 - calls of one scorer that `merges_calls` (a `ModelScorer` or the learner's `ValueCritic`): one
   batched forward over all their prefixes (`Scorer._score_merged`).
 
@@ -83,7 +84,7 @@ class SearchView(Policy):
         return self.shared_policy.decode(token_ids)
 
     def _generate(self, prompts, params, seed):
-        request = _Request(("generate", params.replace(seed=None)), (prompts, params.replace(seed=seed)),
+        request = _Request(("generate", params.replace(seed=None, n=1)), (prompts, params.replace(seed=seed)),
                            self._rendezvous.generate_merged)
         return self._rendezvous.wait_for(self._index, request)
 
@@ -141,23 +142,36 @@ class _Rendezvous:
             self.requests[i] = None
 
     def generate_merged(self, payloads: list[tuple[list[list[int]], SamplingParams]]) -> list:
-        """One `policy.generate` over the prompts of several generate calls of one sampling shape:
-        per call, (its samples per prompt, its share of the cached prompt tokens)."""
+        """One `policy.generate` over the prompts of several generate calls whose settings differ at most
+        in n: per call, (its samples per prompt, its share of the cached prompt tokens).
+
+        Calls that share n go side by side with that n. Calls of different n (a beam search's first
+        round of N samples beside other searches' rounds of M) send each prompt n times with n=1: the
+        same work on both backends (vLLM fans n out into n requests of one prompt; the transformers
+        backend prefills a repeated prompt once). A search still counts each of its prompts once, as
+        for its own call; its cached prompt tokens are then the engine's average over the copies.
+        """
         seeds = [params.seed for _, params in payloads]
         # one search's call keeps its own seed (max_live=1 is `solve` exactly); several share a derived one
         seed = seeds[0] if len(seeds) == 1 else int(np.random.SeedSequence(seeds).generate_state(1)[0]) % (2**31 - 1)
-        prompts = [p for own, _ in payloads for p in own]
+        side_by_side = len({params.n for _, params in payloads}) == 1
+        copies = [1 if side_by_side else params.n for _, params in payloads]
+        prompts = [p for (own, _), k in zip(payloads, copies) for p in own for _ in range(k)]
+        shape = payloads[0][1].replace(seed=seed, **({} if side_by_side else {"n": 1}))
         before = self.policy.stats.copy()
-        groups = self.policy.generate(prompts, payloads[0][1].replace(seed=seed))
+        groups = self.policy.generate(prompts, shape)
         spent = self.policy.stats - before
+        sent = sum(len(p) for p in prompts)
         replies, start, shared_cached = [], 0, 0
-        for k, (own, _) in enumerate(payloads):
-            own_tokens = sum(len(p) for p in own)
-            cached = (spent.cached_prompt_tokens - shared_cached if k == len(payloads) - 1 else
-                      spent.cached_prompt_tokens * own_tokens // max(1, spent.prompt_tokens))
+        for index, ((own, _), k) in enumerate(zip(payloads, copies)):
+            mine = groups[start:start + k * len(own)]
+            start += k * len(own)
+            last = side_by_side and index == len(payloads) - 1  # the remainder: shares add up to the call's
+            cached = (spent.cached_prompt_tokens - shared_cached if last else
+                      spent.cached_prompt_tokens * sum(len(p) for p in own) // max(1, sent))
             shared_cached += cached
-            replies.append((groups[start:start + len(own)], cached))
-            start += len(own)
+            replies.append(([[s for group in mine[j * k:(j + 1) * k] for s in group] for j in range(len(own))],
+                            cached))
         return replies
 
 

@@ -99,7 +99,7 @@ def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scor
     """`solve` for each problem, with seeds `seed, seed + 1, ...`; the budget is per problem.
 
     batched=True (the default) keeps the engine full: the searches advance together, and each round
-    their generate calls are merged into one engine call per sampling shape (same n, max_tokens,
+    their generate calls are merged into one engine call per sampling shape (same max_tokens,
     stop, ...), so a beam or MCTS round over 8 problems is one call with 8 times the prompts.
     Each search still sees only its own samples and its own compute (`Solution.compute`): prompt
     and generated tokens exactly, prompt-cache hits shared out in proportion to prompt tokens

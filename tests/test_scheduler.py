@@ -134,7 +134,9 @@ def test_refilling_with_rollouts_keeps_each_budget_and_exact_tokens(tiny_policy,
                                                             "max_steps": 4})
     spent = tiny_policy.stats - before
     assert sum(s.compute.generated_tokens for s in solutions) == spent.generated_tokens
-    assert sum(s.compute.prompt_tokens for s in solutions) == spent.prompt_tokens
+    # a search counts each prompt it sent once; the engine also counts the copies that merging calls of
+    # different n sends (planner.scheduler._Rendezvous.generate_merged)
+    assert sum(s.compute.prompt_tokens for s in solutions) <= spent.prompt_tokens
     assert all(s.compute.generated_tokens <= 150 for s in solutions), [s.compute for s in solutions]
 
 
@@ -161,3 +163,26 @@ def test_max_live_must_be_a_positive_integer(scripted_policy):
 
     with pytest.raises(ValueError, match=r"max_live must be an integer >= 1 or None \(all jobs live\); got 0"):
         run_interleaved([lambda view: None], scripted_policy(Staggered()), max_live=0)
+
+
+def test_calls_that_differ_only_in_n_become_one_engine_call(scripted_policy):
+    """Two searches ask for 2 and 3 samples of one step shape: one engine call of n=1 sends A twice and
+    B three times; each search gets its own samples, counts its prompt once and its tokens exactly."""
+    from planner.policy import SamplingParams
+    from planner.scheduler import run_interleaved
+
+    table = {"A": [("a\n\n", -0.5, "step"), ("b", -0.1, "stop")], "B": [("cc", -0.2, "stop")]}
+    params = SamplingParams(n=1, max_tokens=8, stop=("\n\n",), seed=5)
+
+    def asks(prompt: str, n: int):
+        def job(view):
+            return [[s.text for s in group] for group in view.generate([view.encode(prompt)], params.replace(n=n))], \
+                view.stats.copy()
+        return job
+
+    policy = scripted_policy(table)
+    (first, first_stats), (second, second_stats) = run_interleaved([asks("A", 2), asks("B", 3)], policy)
+    assert policy.stats.calls == 1 and [policy.decode(p) for p in policy.seen_prompts] == ["A", "A", "B", "B", "B"]
+    assert first == [["a\n\n", "b"]] and second == [["cc", "cc", "cc"]]
+    assert (first_stats.calls, first_stats.prompt_tokens, first_stats.generated_tokens) == (1, 1, 3 + 2)
+    assert (second_stats.prompt_tokens, second_stats.generated_tokens) == (1, 3 * 3)
