@@ -11,7 +11,8 @@ Per backend, on the demo's tiny model (`bench_backends.model_folder`) and 64 ari
 2. the searches: `solve_batch` with bench_search's tiny settings (MCTS 16 simulations, 4 leaves of 4
    candidates per round; beam 8 beams of width 4; steps end at "\\n", at most 24 tokens) and its hash
    scorer (a value per prefix, no model), so the ratio is about the engine's use: all 64 searches
-   live, then `--live` of them at a time with continuous refilling; each repeat with new seeds;
+   live; `--live` K of them live with continuous refilling; and, for comparison, without refilling:
+   `solve_batch` over K problems at a time, one batch after another; each repeat with new seeds;
 3. the peak shape again, half before and half after each search (bracketing it in time), for as many
    tokens as the search generated: that row's peak.
 
@@ -91,8 +92,10 @@ def raw_until(policy, prompts, shape, tokens: int, seed: int) -> dict:
     return total
 
 
-def search(policy, strategy: str, problems: list[str], scorer, live: int | None, seed: int) -> dict:
-    """One `solve_batch` run: tokens, wall and CPU seconds, calls and samples per call."""
+def search(policy, strategy: str, problems: list[str], scorer, live: int | None, seed: int,
+           chunks: bool = False) -> dict:
+    """`solve_batch` over the problems (with chunks: over `live` problems at a time, one call after another,
+    as without refilling): tokens, wall and CPU seconds, calls and samples per call."""
     from planner.solve import solve_batch
     samples: list[int] = []
     original = policy.generate
@@ -104,7 +107,10 @@ def search(policy, strategy: str, problems: list[str], scorer, live: int | None,
     policy.generate = counting
     try:
         before, cpu, start = policy.stats.copy(), cpu_seconds(), time.perf_counter()
-        solve_batch(problems, policy, strategy, scorer, seed=seed, max_live=live, **WORKLOADS["tiny"].strategies[strategy])
+        step = live if chunks else len(problems)
+        for first in range(0, len(problems), step):
+            solve_batch(problems[first:first + step], policy, strategy, scorer, seed=seed + first,
+                        max_live=None if chunks else live, **WORKLOADS["tiny"].strategies[strategy])
         seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     finally:
         del policy.generate  # back to the class's method
@@ -126,11 +132,12 @@ def bench_backend(label: str, folder: Path, args, rows: list, grids: dict, score
     prompts = task_prompts(policy, 256)
     time_shape(policy, prompts, (4, 2, 8), seed=0)  # warm-up
     shape, grids[label] = peak_shape(policy, prompts, args.shapes, args.repeats)
-    plan = [(s, live) for s in ("mcts", "beam") for live in (None, args.live)]
-    for strategy, live in tqdm(plan, desc=f"{label}: searches", leave=False):
+    plan = [(s, live, chunks) for s in ("mcts", "beam") for live, chunks in ((None, False), (args.live, False),
+                                                                             (args.live, True))]
+    for strategy, live, chunks in tqdm(plan, desc=f"{label}: searches", leave=False):
         found, raw = [], []
         for r in range(args.repeats):
-            run = search(policy, strategy, problems, HashScorer(), live, seed=1000 * r)
+            run = search(policy, strategy, problems, HashScorer(), live, seed=1000 * r, chunks=chunks)
             half = run["tokens"] // 2
             raw += [raw_until(policy, prompts, shape, half, seed=100 * r), raw_until(policy, prompts, shape, half,
                                                                                        seed=100 * r + 50)]
@@ -139,6 +146,7 @@ def bench_backend(label: str, folder: Path, args, rows: list, grids: dict, score
         base = {k: sum(x[k] for x in raw) for k in ("tokens", "seconds", "cpu")}
         ratio = (pooled["tokens"] / pooled["cpu"]) / (base["tokens"] / base["cpu"])
         rows.append({"strategy": strategy, "backend": label, "live": live or args.problems, "problems": args.problems,
+                     "chunks": chunks,
                      "calls": pooled["calls"] / args.repeats, "per_call": pooled["samples"] / pooled["calls"],
                      "rate": pooled["tokens"] / pooled["seconds"], "peak": base["tokens"] / base["seconds"],
                      "shape": shape, "ratio": ratio,
@@ -169,9 +177,11 @@ def report(rows, grids, scorer_rows, args, loads, minutes) -> str:
         if "rate" not in r:
             lines.append(f"| {r['strategy']} | {r['backend']} | | | | | | | | |")
             continue
-        refill = " (refilling)" if r["live"] < r["problems"] else ""
+        refill = ("" if r["live"] == r["problems"] else f", {r['live']} at a time" if r["chunks"] else
+                  " (refilling)")
         target = ("met" if r["ratio"] >= TARGET else "not met") if not refill else ""
-        lines.append(f"| {r['strategy']} | {r['backend']} | {r['problems']} ({r['live']}){refill} | {r['calls']:.0f} | "
+        live = "" if r["chunks"] else f" ({r['live']})"
+        lines.append(f"| {r['strategy']} | {r['backend']} | {r['problems']}{live}{refill} | {r['calls']:.0f} | "
                      f"{r['per_call']:.0f} | {r['rate']:,.0f} | {r['peak']:,.0f} ({shape_text(r['shape'])}) | "
                      f"{r['ratio']:.2f}x | {r['wall_ratio']:.2f}x | {target} |")
     for label, measured in grids.items():

@@ -19,6 +19,7 @@ def test_bench_search_peak_runs_and_states_the_target():
     assert out.returncode == 0, out.stderr[-2000:]
     table = out.stdout
     assert "| mcts | hf | 2 (2) |" in table and "| beam | hf | 2 (1) (refilling) |" in table
+    assert "| mcts | hf | 2, 1 at a time |" in table  # the same problems without refilling
     assert "met |" in table  # the target column is filled for the all-live rows
     assert "merged across searches" in table and "one per search" in table
     assert "written to" not in table  # --no-doc leaves docs/benchmarks.md alone
