@@ -13,6 +13,7 @@ from planner.budget import Budget
 from planner.scorers import Scorer
 from planner.solve import solve, solve_batch
 from planner.strategies import STRATEGIES
+from test_budget import SCRIPTED, Endless  # the endless script and settings of the budget tests
 
 
 class Staggered(dict):
@@ -84,22 +85,6 @@ def test_refilling_gives_each_problem_the_tree_it_gets_without_refilling(scripte
     assert len(calls) < len(scripted_run(scripted_policy, strategy, 1)[1])  # merged: fewer engine calls
 
 
-class Endless(dict):
-    """Every prefix goes on with the same cycle of steps: a search runs until its budget stops it."""
-
-    def __missing__(self, key):
-        return [("ab\n\n", -0.5, "step"), ("c\n\n", -0.7, "step"), ("d", -0.2, "stop")]
-
-
-ENDLESS = {
-    "best_of_n": dict(n=32, batch_size=4, max_tokens=4),
-    "beam": dict(num_beams=4, beam_width=2, max_step_tokens=4, max_steps=40),
-    "dvts": dict(num_beams=4, beam_width=2, max_step_tokens=4, max_steps=40),
-    "mcts": dict(num_simulations=200, leaves_per_round=3, num_candidates=2, max_step_tokens=4, max_steps=40),
-    "budget_forcing": dict(n=3, min_thinking_tokens=100, max_thinking_tokens=150, max_answer_tokens=4),
-}
-
-
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_each_search_budget_holds_with_refilling(scripted_policy, table_scorer, strategy):
     """Budgets are per search and a ceiling whatever the schedule: with max_live=2 over 5 problems
@@ -111,7 +96,7 @@ def test_each_search_budget_holds_with_refilling(scripted_policy, table_scorer, 
             policy = scripted_policy(Endless())
             scorer = table_scorer(defaultdict(lambda: 0.5), policy)
             solutions = solve_batch(["A", "B", "C", "D", "E"], policy, strategy, scorer, budget, batched=batched,
-                                    max_live=max_live, extract=lambda text: None, **ENDLESS[strategy])
+                                    max_live=max_live, extract=lambda text: None, **SCRIPTED[strategy])
             spent[max_live] = [s.compute.generated_tokens for s in solutions]
             assert sum(spent[max_live]) == policy.stats.generated_tokens
         assert spent[2] == spent[None] and max(spent[2]) <= budget, (budget, spent)
