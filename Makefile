@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench_backends.py
 	$(BIN)/python scripts/bench_search.py
 	$(BIN)/python scripts/bench_search.py --models smollm2 --repeats 2 --strategies beam mcts
+	$(BIN)/python scripts/bench_search_peak.py
 	$(BIN)/python scripts/bench_learner.py
 	$(BIN)/python scripts/bench_verifiers.py
 

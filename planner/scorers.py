@@ -67,6 +67,12 @@ class Scorer(ABC):
     uses_step_logprobs: bool = False
     """True when `_score` reads the behaviour log-probabilities of each prefix's last step (passed as
     `step_logprobs`): what the engine returned while sampling it, free to read."""
+    merges_calls: bool = False
+    """Whether the calls of searches run together (`planner.scheduler.run_interleaved`) are answered as one
+    (`_score_merged`): true for a scorer that runs its own model and nothing else (no policy calls, no
+    per-search state), whose value of a prefix does not depend on the other prefixes of its call."""
+    _merge_view: "SearchView | None" = None
+    _merge_origin: "Scorer | None" = None
 
     def __init__(self) -> None:
         self.stats = ComputeStats()
@@ -88,7 +94,12 @@ class Scorer(ABC):
                 raise ValueError(f"{type(self).__name__} reads each prefix's last-step log-probabilities: pass "
                                  "step_logprobs (one list per prefix; planner.strategies.common.evaluate does)")
             extra["step_logprobs"] = [list(map(float, lp)) for lp in step_logprobs]
-        values = [float(v) for v in self._score(prefixes, prompt_len, finished, **extra)]
+        if self._merge_view is not None:  # one forward with the other searches' calls of this round
+            values = self._merge_view.merged_call(("score", self._merge_origin), (prefixes, prompt_len, finished),
+                                                  self._merge_origin._score_merged)
+        else:
+            values = self._score(prefixes, prompt_len, finished, **extra)
+        values = [float(v) for v in values]
         self.stats.seconds += time.perf_counter() - start
         self.stats.calls += 1
         self.stats.prompt_tokens += sum(len(p) for p in prefixes)
@@ -100,6 +111,11 @@ class Scorer(ABC):
     @abstractmethod
     def _score(self, prefixes: list[list[int]], prompt_len: int | None, finished: list[bool]) -> list[float]:
         """One value per prefix."""
+
+    def _score_merged(self, calls: list[tuple[list[list[int]], int | None, list[bool]]]) -> list[list[float]]:
+        """The values of several searches' calls `(prefixes, prompt_len, finished)` answered together
+        (`merges_calls`); here one `_score` per call, and a model scorer runs one batch over them all."""
+        return [self._score(*call) for call in calls]
 
     def least_spend(self, lengths: Sequence[int], finished: Sequence[bool | None],
                     prompt: Sequence[int]) -> Spend:
@@ -125,9 +141,14 @@ class Scorer(ABC):
         """This scorer for one of several searches that run interleaved over a shared engine
         (`planner.scheduler.run_interleaved`: `solve_batch`, the learner): a shallow copy with its own
         `stats` (and, once `reset`, its own per-search state), so that each search's compute counts only
-        its own scoring. `policy` is that search's `SearchView` (see `MonteCarloScorer.for_search`)."""
+        its own scoring. `policy` is that search's `SearchView` (see `MonteCarloScorer.for_search`). A scorer
+        that `merges_calls` answers the copy's calls together with the other searches' calls of the round,
+        in one `_score_merged` of this scorer; the copy still counts its own calls and tokens."""
         twin = copy.copy(self)
         twin.stats = ComputeStats()
+        merge = self.merges_calls and isinstance(policy, SearchView)
+        twin._merge_view = policy if merge else None
+        twin._merge_origin = (self._merge_origin or self) if merge else None
         return twin
 
 
@@ -144,7 +165,9 @@ class ModelScorer(Scorer):
     (the head regresses a value in [0, 1] directly, as a critic trained on Monte-Carlo returns).
     `model` is a Hugging Face folder (loaded with `AutoModelForTokenClassification`, num_labels=1)
     or an already-loaded torch module called as `model(input_ids=, attention_mask=[, position_ids=])`
-    that returns logits of shape (B, T, 1) (or an object with `.logits`).
+    that returns logits of shape (B, T, 1) (or an object with `.logits`). Prefixes run in batches of
+    `batch_size`, grouped by length; searches run together (`solve_batch`, the learner) have their calls
+    of one round answered by one such pass over all their prefixes (`merges_calls`).
     """
 
     def __init__(self, model, *, squash: Literal["sigmoid", "clamp"] = "sigmoid",
@@ -172,11 +195,28 @@ class ModelScorer(Scorer):
         self.squash, self.padding_side, self.batch_size = squash, padding_side, batch_size
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
 
+    merges_calls = True
+
     def _score(self, prefixes, prompt_len, finished):
-        values = []
-        for start in range(0, len(prefixes), self.batch_size):
-            values += self._score_batch(prefixes[start:start + self.batch_size])
+        # Batches of similar lengths (less padding); a prefix's value depends on its batch only through
+        # float rounding (tests/test_scorers.py).
+        order = sorted(range(len(prefixes)), key=lambda i: (len(prefixes[i]), i))
+        values = [0.0] * len(prefixes)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            for i, value in zip(chunk, self._score_batch([prefixes[i] for i in chunk])):
+                values[i] = value
         return values
+
+    def _score_merged(self, calls):
+        """One batched forward over every call's prefixes (the values read nothing but the prefix)."""
+        every = [prefix for prefixes, _, _ in calls for prefix in prefixes]
+        values = self._score(every, None, [False] * len(every))
+        out, start = [], 0
+        for prefixes, _, _ in calls:
+            out.append(values[start:start + len(prefixes)])
+            start += len(prefixes)
+        return out
 
     def _score_batch(self, batch: list[list[int]]) -> list[float]:
         import torch

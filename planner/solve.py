@@ -10,8 +10,9 @@ ones go to the strategy's config dataclass (see `planner.strategies.CONFIGS`). W
 answer needed), rolling out to the end of the response.
 
 `solve_batch(problems, policy, ...)` searches many problems together and merges their generate
-calls (`planner.scheduler.run_interleaved`), so the engine sees one large batch per round instead
-of one problem's worth.
+calls and their model scorer's calls (`planner.scheduler.run_interleaved`), so the engine sees one
+large batch per round instead of one problem's worth; with `max_live=K` it keeps K searches live
+out of a longer list, a finished search's slot going at once to the next problem.
 """
 
 from __future__ import annotations
@@ -94,20 +95,28 @@ def solve(problem, policy, strategy: str = "mcts", scorer: Scorer | None = None,
 
 def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scorer | None = None,
                 budget: Budget | int | None = None, *, seed: int = 0, batched: bool = True,
-                **options) -> list[Solution]:
+                max_live: int | None = None, **options) -> list[Solution]:
     """`solve` for each problem, with seeds `seed, seed + 1, ...`; the budget is per problem.
 
     batched=True (the default) keeps the engine full: the searches advance together, and each round
-    their generate calls are merged into one engine call per sampling shape (same n, max_tokens,
+    their generate calls are merged into one engine call per sampling shape (same max_tokens,
     stop, ...), so a beam or MCTS round over 8 problems is one call with 8 times the prompts.
     Each search still sees only its own samples and its own compute (`Solution.compute`): prompt
     and generated tokens exactly, prompt-cache hits shared out in proportion to prompt tokens
     (`planner.scheduler.SearchView`). Results are deterministic but differ from solving the problems one
     by one (a merged call draws from one seed derived from the searches' seeds). A `scorer` passed
-    in is copied per search (`Scorer.for_search`): each copy counts only its own search's scoring,
-    and a Monte-Carlo scorer over `policy` rolls out through the search's view of the engine, so its
-    rollouts join the merged calls and count in that search's generated tokens. With batched=False
-    the problems are searched one after another, exactly as `solve` would.
+    in is copied per search (`Scorer.for_search`): each copy counts only its own search's scoring
+    (calls, tokens, FLOPs), a model scorer (`ModelScorer`, the learner's `ValueCritic`) scores all
+    searches' prefixes of a round in one batched forward, and a Monte-Carlo scorer over `policy` rolls
+    out through the search's view of the engine, so its rollouts join the merged calls and count in
+    that search's generated tokens. Each search's `budget` is its own ceiling, whatever it is merged with.
+
+    max_live: the most searches live at once (None: all problems). With fewer, the problems start in
+    order and a search that ends hands its slot to the next problem at once (continuous refilling):
+    the merged calls stay near `max_live` searches' worth instead of thinning out as searches end.
+    A search's samples depend on which searches share its calls, so another `max_live` gives other
+    trees (the same ones when samples depend on the prompt alone; see `planner.scheduler`).
+    With batched=False the problems are searched one after another, exactly as `solve` would.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}; got {strategy!r}")
@@ -116,7 +125,7 @@ def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scor
                 for i, p in enumerate(problems)]
     jobs = [functools.partial(_solve_on, problem=p, strategy=strategy, scorer=scorer, budget=budget,
                               seed=seed + i, options=options) for i, p in enumerate(problems)]
-    return run_interleaved(jobs, policy)
+    return run_interleaved(jobs, policy, max_live=max_live)
 
 
 def _solve_on(view, *, problem, strategy, scorer, budget, seed, options) -> Solution:

@@ -40,8 +40,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench_backends import cpu_seconds
 
-from planner.scorers import Scorer  # noqa: E402
+from planner.scorers import Scorer
 
 
 class HashScorer(Scorer):
@@ -104,19 +105,6 @@ def typical_call(strategy: str, config, problems_per_call: int):
                                                  max_tokens=config.max_thinking_tokens,
                                                  stop=(config.end_of_thinking,))
     raise ValueError(strategy)
-
-
-def cpu_seconds() -> float:
-    """CPU time (user + system) of this process and its children (vLLM's engine core runs in one)."""
-    import psutil
-    me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
-    for child in me.children(recursive=True):
-        try:
-            total += sum(child.cpu_times()[:2])
-        except psutil.Error:
-            pass
-    return total
 
 
 def raw_run(policy, prompts: list[list[int]], count: int, params, tokens: int, seed: int) -> dict:
@@ -290,11 +278,14 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("--before", type=Path, help="rows (--json) of an earlier run: adds its ratio as a column")
     parser.add_argument("--no-doc", action="store_true", help="print the table only; leave docs/benchmarks.md")
+    parser.add_argument("--verbose", action="store_true", help="the engines' own logs")
     args = parser.parse_args()
 
     import torch
     torch.set_num_threads(1)
     from benchdoc import machine_line, update_section
+    from planner.logs import configure_logging
+    configure_logging(args.verbose)
 
     started = time.perf_counter()
     rows: list[dict] = []

