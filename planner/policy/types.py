@@ -9,7 +9,7 @@ was sampled and never on re-tokenized text.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Literal
 
 FinishReason = Literal["stop", "step", "length"]

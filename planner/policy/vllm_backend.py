@@ -35,7 +35,7 @@ import torch
 
 from planner.policy.base import NamedTensors, Policy
 from planner.policy.scoped import environment
-from planner.policy.types import Sample, SamplingParams
+from planner.policy.types import Sample
 
 WEIGHT_SYNC_MODES = ("iterator", "folder")
 
