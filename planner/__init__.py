@@ -2,10 +2,10 @@
 
 from planner.budget import Budget, ComputeRecord
 from planner.policy import ComputeStats, Policy, Sample, SamplingParams, load_policy
+from planner.monte_carlo import MonteCarloScorer
 from planner.prm_scorers import (PRM_FORMATS, MathShepherdScorer, QwenPRMScorer, SequenceRewardScorer, TokenValueScorer,
                                  load_scorer)
-from planner.scorers import (AGGREGATIONS, ConfidenceScorer, ModelScorer, MonteCarloScorer, OutcomeScorer, Scorer,
-                             VerifierOracleScorer)
+from planner.scorers import AGGREGATIONS, ConfidenceScorer, ModelScorer, OutcomeScorer, Scorer, VerifierOracleScorer
 from planner.solve import Solution, solve, solve_batch
 from planner.strategies import (CONFIGS, STRATEGIES, BeamConfig, BestOfNConfig, BudgetForcingConfig, DVTSConfig,
                                 MCTSConfig, SearchResult)

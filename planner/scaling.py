@@ -46,7 +46,8 @@ from typing import Literal
 
 from planner.budget import ComputeRecord
 from planner.scaling_report import SIZE_KNOBS, SOLVED_AT, write_outputs
-from planner.scorers import ModelScorer, MonteCarloScorer, Scorer
+from planner.monte_carlo import MonteCarloScorer
+from planner.scorers import ModelScorer, Scorer
 from planner.solve import solve, solve_batch
 from planner.strategies import STRATEGIES, make_config
 from planner.strategies.common import choose_answer

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from planner.budget import Budget, ComputeRecord, as_budget
 from planner.scheduler import run_interleaved
-from planner.scorers import MonteCarloScorer, Scorer
+from planner.monte_carlo import MonteCarloScorer
+from planner.scorers import Scorer
 from planner.strategies import NEEDS_SCORER, STRATEGIES, make_config
 from planner.tree import SearchTree
 

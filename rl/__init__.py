@@ -6,7 +6,8 @@ from rl.config import TREE_STRATEGIES, CriticConfig, TrainConfig
 from rl.critic import ValueCritic
 from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs, Advantages, estimate
 from rl.kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl, kl_penalized_rewards
-from rl.losses import (PolicyLossConfig, dpo_loss, entropy_from_logits, is_finite_loss, masked_mean, masked_whiten,
+from rl.dpo_losses import dpo_loss
+from rl.losses import (PolicyLossConfig, entropy_from_logits, is_finite_loss, masked_mean, masked_whiten,
                        policy_loss, sequence_logprobs, sft_loss, value_loss)
 from rl.cold_start import COLD_START_SFT, ColdStartResult, cold_start, pass_rates
 from rl.sft import SFTConfig, SFTResult, load_pairs, train_sft

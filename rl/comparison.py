@@ -1,6 +1,6 @@
 """DPO from tree pairs, rejection-sampling SFT and GRPO from the same trees, at equal generated tokens.
 
-On the embedded arithmetic task (`verifiers.arithmetic`): one cold start (`rl.sft.cold_start`, cached in
+On the embedded arithmetic task (`verifiers.arithmetic`): one cold start (`rl.cold_start.cold_start`, cached in
 a folder and reused by every arm), then for each arm and seed a run that grows MCTS trees with the
 current policy (the same search settings for every arm: `SearchTrainer.grow_trees`) and learns from
 them, until it has generated `token_budget` tokens. Sampled pass@1 (temperature 1) on held-out problems
@@ -232,7 +232,7 @@ def run_comparison(config: ComparisonConfig) -> dict:
     from rl.comparison_report import write_report
     from rl.recipe import _backend
     from rl.runtime import torch_settings
-    from rl.sft import cold_start
+    from rl.cold_start import cold_start
     from verifiers.arithmetic import arithmetic_task
     from verifiers.tasks import load_task
 

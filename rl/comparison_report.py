@@ -243,7 +243,7 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str) -> s
         "earlier with the same settings are reused from their evaluations.json, and their training seconds are in "
         "the table)",
         "", machine, "",
-        f"From one cold start (`rl.sft.cold_start`, ~1M-parameter Llama, reused by every arm), each arm grows MCTS "
+        f"From one cold start (`rl.cold_start.cold_start`, ~1M-parameter Llama, reused by every arm), each arm grows MCTS "
         f"trees ({c['simulations']} simulations, 2 candidates per expansion, {c['prompts_per_iteration']} prompts per "
         "iteration, valued by the verifier on finished responses: the critic is off in every arm) with its current "
         f"policy and learns from them until it has generated {c['token_budget']:,} tokens; seeds {c['seeds']}. "

@@ -30,7 +30,8 @@ import torch
 
 from planner.tree import SearchTree
 from rl.forward import token_logprobs
-from rl.losses import DPO_LOSS_TYPES, DPOLossType, dpo_loss, is_finite_loss
+from rl.dpo_losses import DPO_LOSS_TYPES, DPOLossType, dpo_loss
+from rl.losses import is_finite_loss
 from rl.pairs import PairBatch, PairConfig, PreferencePair, pair_batch, preference_pairs, tree_pairs
 from rl.rounds import RoundTrainer
 from rl.runtime import autocast, resolve_device, torch_settings

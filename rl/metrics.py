@@ -6,7 +6,12 @@ import csv
 import json
 from pathlib import Path
 
-__all__ = ["MetricsLogger", "read_metrics"]
+__all__ = ["MetricsLogger", "read_metrics", "MEASURED"]
+
+MEASURED = frozenset({"seconds", "search_seconds", "learner_seconds", "push_seconds", "engine_sleep_seconds",
+                      "peak_memory_mb"})
+"""Metrics that measure the machine (wall seconds, memory), not the run's results: two runs of the same
+settings agree on every other metric."""
 
 
 class MetricsLogger:

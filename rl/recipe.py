@@ -1,7 +1,7 @@
 """The R1 recipe in miniature, end to end on a CPU: what `make demo` runs.
 
 1. Cold-start SFT of a ~1M-parameter Llama on generated arithmetic traces, stopped on purpose at
-   partial skill (DeepSeek-R1's first stage; `rl.sft.cold_start`).
+   partial skill (DeepSeek-R1's first stage; `rl.cold_start.cold_start`).
 2. Compute-scaling curves of that model (Snell et al. 2024): best-of-N with majority vote, beam
    search and MCTS valued by Monte-Carlo rollouts, and s1-style budget forcing.
 3. Search-guided RL: MCTS trees from the current policy, the policy and the value critic trained
@@ -186,7 +186,7 @@ def _run_demo(config: DemoConfig) -> dict:
                           seed=config.seed)
 
     before = pass_at_1(policy)
-    from planner.scorers import MonteCarloScorer
+    from planner.monte_carlo import MonteCarloScorer
     mc = MonteCarloScorer(policy, rollouts=config.mc_rollouts, max_tokens=max_tokens, temperature=1.0,
                           extract=task.verifier.extract, equivalent=task.verifier.equivalent)
     rows_before = _scaling(policy, scaling_set, task, config, mc, "before_rl", out)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from planner.policy import SamplingParams, load_policy
+from planner.policy import EnginePool, SamplingParams, load_policy
 from planner.scorers import VerifierOracleScorer
 from planner.scheduler import run_interleaved
 from planner.strategies import STRATEGIES, MCTSConfig
@@ -246,6 +246,9 @@ class SearchTrainer:
             metrics.update(searched)
             metrics.update({"engine_sleep_seconds": sleep_seconds, "learner_seconds": learner_seconds,
                             "push_seconds": push_seconds, "seconds": time.perf_counter() - start})
+            if isinstance(self.engine, EnginePool):  # how many replicas hold the weights just pushed
+                metrics["replicas_current"] = sum(v == self.engine.weights_version
+                                                  for v in self.engine.weights_versions())
             self.logger.log(metrics)
         if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
             checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration)  # every rank: rank 0 writes

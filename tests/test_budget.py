@@ -9,7 +9,7 @@ import pytest
 
 from planner.budget import Budget, ComputeMeter, Spend, as_budget, largest
 from planner.policy.types import SamplingParams
-from planner.scorers import MonteCarloScorer
+from planner.monte_carlo import MonteCarloScorer
 from planner.solve import solve
 from planner.strategies import STRATEGIES, make_config
 from planner.strategies.fitting import fit_round

@@ -8,7 +8,9 @@
 - `torchrun --nproc_per_node 2 scripts/train.py ...` runs, logs once and checkpoints;
 - a learner rank killed mid-run stops the whole run with torchrun's error naming the rank, and
   `--resume` continues from the last checkpoint to the same metrics as an uninterrupted run;
-- a batch that cannot be shared out evenly is one clear error.
+- a batch that cannot be shared out evenly is one clear error;
+- end to end: 2 learner ranks over a pool of 2 engine replicas on a local Ray instance (rank 0 owns the
+  pool), every iteration logged and its weights pushed to both replicas.
 """
 
 from __future__ import annotations
@@ -27,11 +29,10 @@ import torch
 from rl.batch import batch_from_trees
 from rl.config import CriticConfig, TrainConfig
 from rl.learner import Learner
-from rl.metrics import read_metrics
+from rl.metrics import MEASURED, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
-MEASURED = {"seconds", "search_seconds", "peak_memory_mb", "engine_sleep_seconds"}
 
 
 def torchrun(*args: str) -> list[str]:
@@ -128,3 +129,15 @@ def test_a_batch_that_does_not_share_out_evenly_is_one_clear_error(model_dir, tm
                           capture_output=True, text=True, timeout=600)
     assert done.returncode != 0
     assert "prompts_per_iteration=3 trees cannot be shared out evenly to 2 ranks" in done.stderr
+
+
+def test_two_learner_ranks_over_a_two_replica_engine_pool(model_dir, tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "pooled"
+    done = subprocess.run(train_command(model_dir, out, 2, "--replicas", "2"), env=ENV, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_metrics(out)
+    assert [r["iteration"] for r in rows] == [0, 1]
+    assert all(r["generated_tokens"] > 0 and r["trajectories"] > 0 for r in rows)
+    assert [r["replicas_current"] for r in rows] == [2, 2]  # both replicas hold each iteration's pushed weights

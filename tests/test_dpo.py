@@ -22,7 +22,7 @@ import torch
 from planner.strategies import BestOfNConfig
 from rl.config import TrainConfig
 from rl.dpo import DPOConfig, OnlineDPO, train_dpo_offline
-from rl.losses import dpo_loss
+from rl.dpo_losses import dpo_loss
 from rl.pairs import PairConfig
 from rl.tree_store import TreeStore
 

@@ -23,6 +23,7 @@ from rl.forward import PolicyForward, ValueForward, token_logprobs
 from rl.learner import Learner
 from rl.losses import AGGREGATIONS, PolicyLossConfig, policy_loss, value_loss
 from rl.packing import collate, group_leaves, mask_for, pack_tree
+from rl.metrics import MEASURED
 
 TOL = dict(rtol=0, atol=1e-5)
 
@@ -219,7 +220,7 @@ def test_an_rl_run_with_packing_reaches_the_metrics_of_one_without(model_dir, tm
                                              max_steps=3, step_delimiter=" ", temperature=1.0),
                              critic=CriticConfig(lr=1e-3), device="cpu", seed=0)
         histories.append(SearchTrainer(config, PROBLEMS, digit_fraction).run(progress=False))
-    measured = {"seconds", "search_seconds", "peak_memory_mb", "engine_sleep_seconds"}
+    measured = MEASURED
     for packed, rows in zip(*histories):
         assert packed.keys() == rows.keys()
         for key in packed.keys() - measured:

@@ -9,7 +9,6 @@ from collections import defaultdict
 
 import pytest
 
-from planner.budget import Budget
 from planner.scorers import Scorer
 from planner.solve import solve, solve_batch
 from planner.strategies import STRATEGIES

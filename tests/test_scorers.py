@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from planner.budget import Spend
-from planner.scorers import (AGGREGATIONS, ModelScorer, MonteCarloScorer, OutcomeScorer, VerifierOracleScorer,
-                             aggregate)
+from planner.monte_carlo import MonteCarloScorer
+from planner.scorers import AGGREGATIONS, ModelScorer, OutcomeScorer, VerifierOracleScorer, aggregate
 from planner.solve import solve_batch
 
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from planner.budget import Budget
-from planner.scorers import MonteCarloScorer, VerifierOracleScorer
+from planner.monte_carlo import MonteCarloScorer
+from planner.scorers import VerifierOracleScorer
 from planner.solve import solve, solve_batch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "solve.py"
