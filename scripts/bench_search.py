@@ -161,7 +161,7 @@ def supports_batched() -> bool:
 
 def bench_backend(name: str, backend: str, folder: Path, args, rows: list, profiles: dict) -> None:
     from planner.policy import load_policy
-    from planner.scorers import MonteCarloScorer
+    from planner.monte_carlo import MonteCarloScorer
     from planner.strategies import make_config
 
     work = WORKLOADS[name]

@@ -43,7 +43,8 @@ def parse(argv):
 
 
 def make_scorer(name: str, args, policy, task):
-    from planner.scorers import ConfidenceScorer, ModelScorer, MonteCarloScorer, RandomScorer
+    from planner.monte_carlo import MonteCarloScorer
+    from planner.scorers import ConfidenceScorer, ModelScorer, RandomScorer
 
     if name == "random":
         return RandomScorer()
