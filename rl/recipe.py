@@ -54,6 +54,9 @@ class DemoConfig:
     """MCTS sizes (simulations)."""
     forcing: list[int] = field(default_factory=lambda: [24, 48])
     """Budget-forcing sizes (thinking-token budgets)."""
+    value_problems: int = 64
+    """Held-out problems whose sibling steps grade the trained critic and the policy's step confidence
+    against the process oracle (summary: critic_sibling_accuracy, critic_step_auc)."""
     mc_rollouts: int = 2
     """Rollouts per prefix of the Monte-Carlo scorer before RL."""
     rl_iterations: int = 20
@@ -87,7 +90,7 @@ class DemoConfig:
 
 TINY = DemoConfig(sft_minutes=0.4, sft_target=0.05, eval_problems=8, pass_samples=2, scaling_problems=4, seeds=[0],
                   best_of_n=[1, 2], beam=[2], mcts=[2], forcing=[16], mc_rollouts=1, rl_iterations=2, rl_prompts=2,
-                  rl_simulations=2, rl_minibatches=2, progress=False)
+                  rl_simulations=2, rl_minibatches=2, value_problems=4, progress=False)
 """The smoke-test size: every stage and artifact, in well under two minutes."""
 
 
@@ -205,9 +208,10 @@ def _run_demo(config: DemoConfig) -> dict:
     t = lap("rl", t)
 
     after = pass_at_1(trainer.engine)
+    values = _grade_values(trainer.engine, trainer.learner.critic, held_out[: config.value_problems], task, config)
     rows_after = _scaling(trainer.engine, scaling_set, task, config, trainer.learner.critic, "after_rl", out)
     trainer.engine.close()
-    lap("scaling_after_rl", t)
+    lap("scaling_after_rl", t)  # (the value grading is in it)
 
     summary = {
         "backend": backend, "config": asdict(config), "seconds": round(time.perf_counter() - start, 1),
@@ -217,6 +221,12 @@ def _run_demo(config: DemoConfig) -> dict:
         "pass@1_interval_before_rl": [before["pass@1_low"], before["pass@1_high"]],
         "pass@1_interval_after_rl": [after["pass@1_low"], after["pass@1_high"]],
         "rl_gain_points": round(100 * (after["pass@1"] - before["pass@1"]), 1),
+        "critic_sibling_accuracy": values["critic"]["sibling_accuracy"],
+        "critic_sibling_accuracy_interval": values["critic"]["sibling_accuracy_interval"],
+        "critic_step_auc": values["critic"]["step_auc"],
+        "confidence_sibling_accuracy": values["confidence"]["sibling_accuracy"],
+        "confidence_sibling_accuracy_interval": values["confidence"]["sibling_accuracy_interval"],
+        "confidence_step_auc": values["confidence"]["step_auc"],
         f"pass@{config.pass_samples}_before_rl": before[f"pass@{config.pass_samples}"],
         f"pass@{config.pass_samples}_after_rl": after[f"pass@{config.pass_samples}"],
         "rl_history": [{k: m[k] for k in ("iteration", "reward_mean", "pass_rate", "critic_heldout_mse", "seconds")
@@ -230,6 +240,19 @@ def _run_demo(config: DemoConfig) -> dict:
     from rl.report import write_report
     write_report(summary, out)
     return summary
+
+
+def _grade_values(policy, critic, problems, task, config: DemoConfig) -> dict:
+    """The trained critic and the policy's own step confidence graded against the process oracle on the
+    same held-out sibling sets (planner/value_eval.py): the oracle grades, it guides nothing."""
+    from planner.scorers import ConfidenceScorer
+    from planner.value_eval import collect_cases, grade
+    from verifiers.arithmetic import STEP_DELIMITER, step_value
+
+    cases = collect_cases(policy, problems, step_value, task.reward, task.verifier.extract, candidates=4, samples=4,
+                          step_delimiter=STEP_DELIMITER, max_step_tokens=16, max_steps=8, seed=config.seed)
+    return {name: grade(scorer, cases, equivalent=task.verifier.equivalent)
+            for name, scorer in (("critic", critic), ("confidence", ConfidenceScorer()))}
 
 
 def _accuracy_table(rows: list[dict]) -> dict:

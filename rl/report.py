@@ -58,6 +58,13 @@ def _fmt(value, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def _with_interval(value, interval) -> str:
+    """A value with its [low, high] (either may be None: too few pairs to measure)."""
+    if value is None:
+        return "no pairs"
+    return f"{value:.3f}" + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+
+
 def _flops(value) -> str:
     return "not reached" if value is None else f"{value:.2e}"
 
@@ -84,6 +91,14 @@ def write_report(summary: dict, out: Path) -> Path:
         f"{summary['pass@1_after_rl']:.3f} {interval('after_rl')} |",
         f"| pass@{k} | {summary[f'pass@{k}_before_rl']:.3f} | {summary[f'pass@{k}_after_rl']:.3f} |", "",
         f"RL changed sampled pass@1 by {summary['rl_gain_points']:+.1f} points.", "",
+        "## The values after RL, graded against the process oracle", "",
+        "Sibling steps sampled below the same parent on held-out problems (planner/value_eval.py); sibling "
+        "accuracy is the fraction of oracle-different sibling pairs a value orders right (random: 0.5).", "",
+        "| value | sibling-ranking accuracy | step AUC within depths |", "|---|---:|---:|",
+        *(f"| {name} | {_with_interval(summary[f'{key}_sibling_accuracy'], summary[f'{key}_sibling_accuracy_interval'])}"
+          f" | {_fmt(summary[f'{key}_step_auc'], 3)} |"
+          for name, key in (("the trained critic", "critic"), ("the policy's step confidence", "confidence"))),
+        "",
         "## Accuracy per strategy and size", "",
         "| strategy | size | accuracy before RL | tokens/problem | FLOPs/problem | accuracy after RL | tokens/problem "
         "| FLOPs/problem |", "|---|---:|---:|---:|---:|---:|---:|---:|"]

@@ -111,6 +111,9 @@ class SearchTrainer:
         """The learner's weights into the engine (gathered on every rank, pushed by rank 0)."""
         weights = self.learner.weights()
         if self.engine is not None:
+            dtype = getattr(torch, self.config.engine_dtype)
+            if dtype != torch.float32:  # in the engine's own precision: half the bytes to move, no cast per tensor
+                weights = {name: t.to(dtype) if t.is_floating_point() else t for name, t in weights.items()}
             self.engine.wake_up()
             self.engine.load_weights(weights)
 

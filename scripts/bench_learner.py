@@ -134,7 +134,7 @@ class PhaseTimer:
 def run_ours(args, name: str) -> dict:
     import torch
 
-    import rl.learner as L
+    import rl.forward as F
     import rl.trainer as T
     from planner.strategies import BestOfNConfig
     from rl.config import CriticConfig, TrainConfig
@@ -159,12 +159,14 @@ def run_ours(args, name: str) -> dict:
     phases = PhaseTimer()
     phases.wrap(trainer, "grow_trees", "search (generate + reward)")
     learner = trainer.learner
-    phases.wrap(L, "token_logprobs", lambda *a, **k: "learner forward (with grad)" if torch.is_grad_enabled()
-                else "old-logprob recompute (no grad)")
-    phases.wrap(learner, "_step", lambda model, *a, **k: "critic loss + backward + AdamW" if learner.critic is not None
-                and model is learner.critic.model else "policy loss + backward + clip + AdamW")
+    for forward in ("token_logprobs", "packed_token_logprobs"):  # row-wise or tree-packed (the default)
+        phases.wrap(F, forward, lambda *a, **k: "learner forward (with grad)" if torch.is_grad_enabled()
+                    else "old-logprob recompute (no grad)")
+    phases.wrap(learner, "_step", lambda module, *a, **k: "critic loss + backward + AdamW"
+                if module is learner.critic_forward else "policy loss + backward + clip + AdamW")
     if learner.critic is not None:
         phases.wrap(learner.critic, "token_values", "critic forward")
+        phases.wrap(learner.critic, "packed_values", "critic forward")
     phases.wrap(trainer.engine, "load_weights", "weight push (load_weights)")
     phases.wrap(trainer.logger, "log", "metrics logging")
     times, cpu_times, own_cpu_times, lengths = [], [], [], []

@@ -11,25 +11,20 @@ over problems. Writes `values.csv`, `values.json` and `sibling_accuracy.png` to 
 
 Scorers: random; confidence (the policy's own step log-probabilities, free); mcK (Monte-Carlo
 majority agreement of K rollouts, no reference); critic (a ValueCritic folder, --critic); prm (a
-ModelScorer folder with a sigmoid head, --prm).
+process reward model folder of rl/prm.py, --prm).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 from pathlib import Path
-
-METRICS = ("sibling_accuracy", "step_auc", "rerank_accuracy", "majority_accuracy", "random_pick_accuracy")
-
 
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policy", required=True, help="the policy folder whose steps are graded")
     parser.add_argument("--critic", help="a ValueCritic folder (for the 'critic' scorer)")
-    parser.add_argument("--prm", help="a process reward model folder (for the 'prm' scorer: sigmoid head)")
+    parser.add_argument("--prm", help="a process reward model folder (rl/prm.py's save_pretrained) for the 'prm' scorer")
     parser.add_argument("--scorers", nargs="+", default=["random", "confidence", "mc4"],
                         help="which to grade: random, confidence, mcK (K rollouts), critic, prm")
     parser.add_argument("--problems", type=int, default=256, help="held-out arithmetic problems (default 256)")
@@ -44,7 +39,7 @@ def parse(argv):
 
 def make_scorer(name: str, args, policy, task):
     from planner.monte_carlo import MonteCarloScorer
-    from planner.scorers import ConfidenceScorer, ModelScorer, RandomScorer
+    from planner.scorers import ConfidenceScorer, RandomScorer
 
     if name == "random":
         return RandomScorer()
@@ -61,7 +56,8 @@ def make_scorer(name: str, args, policy, task):
     if name == "prm":
         if not args.prm:
             raise SystemExit("the 'prm' scorer needs --prm FOLDER")
-        return ModelScorer(args.prm, squash="sigmoid")
+        from rl.prm import ProcessRewardModel
+        return ProcessRewardModel.load(args.prm)
     raise SystemExit(f"unknown scorer {name!r}: one of random, confidence, mcK, critic, prm")
 
 
@@ -73,13 +69,11 @@ def main(argv=None) -> int:
 
     from planner.policy import load_policy
     from planner.value_eval import collect_cases, grade
-    from verifiers.arithmetic import STEP_DELIMITER, load_arithmetic, step_value
+    from planner.value_report import write_value_rows
+    from verifiers.arithmetic import STEP_DELIMITER, held_out_task, step_value
 
-    task = load_arithmetic(split="test")
-    if args.problems > len(task.problems):
-        from verifiers.arithmetic import SPLITS, arithmetic_task
-        task.problems = arithmetic_task(args.problems, seed=SPLITS["test"][1])
-    problems = task.problems[:args.problems]
+    task = held_out_task(args.problems)
+    problems = task.problems
     policy = load_policy(args.policy, backend=args.backend, seed=0)
     scorers = {name: make_scorer(name, args, policy, task) for name in args.scorers}
     rows = []
@@ -92,17 +86,7 @@ def main(argv=None) -> int:
             rows.append({"scorer": name, "seed": seed, **report})
     policy.close()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "values.json").write_text(json.dumps(rows, indent=1) + "\n")
-    columns = ["scorer", "seed", "problems", "sibling_sets", "mixed_pairs", *METRICS, "ece", "flops_per_prefix"]
-    with open(out / "values.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns + [f"{m}_low" for m in METRICS] + [f"{m}_high" for m in METRICS])
-        writer.writeheader()
-        for row in rows:
-            intervals = {f"{m}_{side}": (row[f"{m}_interval"] or [None, None])[k]
-                         for m in METRICS for k, side in enumerate(("low", "high"))}
-            writer.writerow({**{c: row[c] for c in columns}, **intervals})
-    plot(rows, out / "sibling_accuracy.png")
+    write_value_rows(rows, out)
     for row in rows:
         low, high = row["sibling_accuracy_interval"] or (float("nan"), float("nan"))
         print(f"{row['scorer']:>10} seed {row['seed']}: sibling accuracy {row['sibling_accuracy']:.3f} [{low:.3f}, "
@@ -111,32 +95,6 @@ def main(argv=None) -> int:
               f"FLOPs/prefix {row['flops_per_prefix']:.2e}")
     print(f"wrote {out / 'values.csv'}, values.json and sibling_accuracy.png")
     return 0
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    """Sibling-ranking accuracy per scorer (seed means) with the seeds' 95% intervals."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(dict.fromkeys(r["scorer"] for r in rows))
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for k, name in enumerate(names):
-        mine = [r for r in rows if r["scorer"] == name and r["sibling_accuracy"] is not None]
-        for j, r in enumerate(mine):
-            low, high = r["sibling_accuracy_interval"]
-            x = k + (j - (len(mine) - 1) / 2) * 0.12
-            ax.errorbar(x, r["sibling_accuracy"], yerr=[[r["sibling_accuracy"] - low], [high - r["sibling_accuracy"]]],
-                        fmt="o", color=f"C{k}", capsize=3)
-    ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
-    ax.set_xticks(range(len(names)), names)
-    ax.set_ylabel("sibling-ranking accuracy (95% interval)")
-    ax.set_ylim(0.3, 1.02)
-    ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

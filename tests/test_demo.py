@@ -58,6 +58,11 @@ def test_report_numbers_equal_the_csvs(demo):
             f"{bon['flops_per_problem']:.2e} |") in report
     history = read_metrics(out / "rl")
     assert [m["reward_mean"] for m in history] == [m["reward_mean"] for m in summary["rl_history"]]
+    for key in ("critic", "confidence"):  # the values graded against the oracle, in the report as in the summary
+        value = summary[f"{key}_sibling_accuracy"]
+        assert value is None or 0.0 <= value <= 1.0
+        assert summary[f"{key}_step_auc"] is None or 0.0 <= summary[f"{key}_step_auc"] <= 1.0
+    assert "| the trained critic | " in report and "| the policy's step confidence | " in report
 
 
 def test_demo_help_and_bad_option():

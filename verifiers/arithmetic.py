@@ -30,6 +30,7 @@ __all__ = [
     "ARITHMETIC_ALPHABET",
     "DIFFICULTIES",
     "SPLITS",
+    "held_out_task",
     "STEP_DELIMITER",
     "THINK_OPEN",
     "THINK_CLOSE",
@@ -217,6 +218,16 @@ def load_arithmetic(path=None, split: str = "test", difficulty: str | Difficulty
         raise ValueError(f"unknown arithmetic split {split!r}; choose one of {sorted(SPLITS)}")
     n, seed = SPLITS[split]
     return Task("arithmetic", arithmetic_task(n, difficulty, seed=seed), VERIFIER)
+
+
+def held_out_task(n: int, difficulty: str | Difficulty = "medium") -> Task:
+    """The task with its first `n` held-out problems: the "test" split, drawn further with the same seed
+    when `n` is larger than the split (the first 128 are the split's own)."""
+    task = load_arithmetic(split="test", difficulty=difficulty)
+    if n > len(task.problems):
+        task.problems = arithmetic_task(n, difficulty, seed=SPLITS["test"][1])
+    task.problems = task.problems[:n]
+    return task
 
 
 # ---------------------------------------------------------------------------- process oracle
