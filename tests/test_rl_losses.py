@@ -7,9 +7,9 @@ import torch
 from torch.testing import assert_close
 
 from rl.kl import AdaptiveKLController, FixedKLController, kl, kl_penalized_rewards
+from rl.dpo_losses import dpo_loss
 from rl.losses import (
     PolicyLossConfig,
-    dpo_loss,
     entropy_from_logits,
     is_finite_loss,
     masked_mean,
