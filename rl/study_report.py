@@ -88,7 +88,9 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str) -> s
              + ("Monte-Carlo rollouts against the reference" if c["prm_labels"] == "mc" else "the process oracle")
              + f" (label mean {prm['label_mean']:.2f}), {c['prm_epochs']} epochs in {prm['seconds']:.0f} s.", "",
              "### Sibling ranking and the other value metrics", "",
-             "Mean over seeds; in brackets the widest of the seeds' 95% intervals (bootstrap over problems).", "",
+             "Mean over seeds; in brackets the widest of the seeds' 95% intervals (bootstrap over problems). A "
+             "Monte-Carlo scorer runs no model of its own: its cost is its rollouts' generated tokens, policy FLOPs "
+             "that the FLOPs column does not show (about k x 30 tokens per scored prefix here).", "",
              "| value | sibling-ranking accuracy | step AUC within depths | reranking 8 samples | majority of 8 "
              "| ECE | FLOPs per scored prefix |", "|---|---|---|---|---|---:|---:|"]
     for name, v in values.items():
