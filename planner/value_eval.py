@@ -26,7 +26,7 @@ import numpy as np
 from planner.policy.types import SamplingParams
 from planner.value_metrics import (auc_within_depths, expected_calibration_error, rerank_accuracy, sibling_accuracy)
 
-__all__ = ["SiblingSet", "ValueCases", "collect_cases", "grade", "BOOTSTRAP_RESAMPLES"]
+__all__ = ["SiblingSet", "ValueCases", "collect_cases", "grade", "grade_scorers", "BOOTSTRAP_RESAMPLES"]
 
 BOOTSTRAP_RESAMPLES = 1000
 """Resamples of the problems for each metric's 95% interval."""
@@ -180,3 +180,22 @@ def grade(scorer, cases: ValueCases, equivalent: Callable[[str, str], bool] | No
         report[name] = metric(everything)
         report[f"{name}_interval"] = _interval(metric, problems)
     return report
+
+
+def grade_scorers(policy, problems: Sequence, scorers: dict, task, oracle: Callable[[object, str], float], *,
+                  seeds: Sequence[int], first_seed_only: Sequence[str] = (), progress: bool = False,
+                  **collect) -> list[dict]:
+    """Every scorer graded on the same cases, drawn once per sampling seed (`collect_cases` with `collect`'s
+    settings; `task` gives the reward, the answer extraction and equality); the scorers named in
+    `first_seed_only` (rollouts cost most) on the first seed alone. One row per scorer and seed:
+    {"scorer", "seed", **grade(...)}."""
+    from tqdm.auto import tqdm
+
+    rows = []
+    for seed in tqdm(seeds, desc="seeds", disable=not progress):
+        cases = collect_cases(policy, problems, oracle, task.reward, task.verifier.extract, seed=seed, **collect)
+        for name, scorer in scorers.items():
+            if name in first_seed_only and seed != seeds[0]:
+                continue
+            rows.append({"scorer": name, "seed": seed, **grade(scorer, cases, equivalent=task.verifier.equivalent)})
+    return rows

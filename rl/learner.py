@@ -113,8 +113,7 @@ class Learner:
         pattern = re.compile(self.config.trainable)
         for name, param in model.named_parameters():
             param.requires_grad_(bool(pattern.search(name)))
-        chosen = [param for param in model.parameters() if param.requires_grad]
-        if not chosen:
+        if not any(param.requires_grad for param in model.parameters()):
             names = [name for name, _ in model.named_parameters()]
             raise ValueError(f"TrainConfig.trainable={self.config.trainable!r} matches none of the policy's "
                              f"parameters (e.g. {names[:2] + names[-2:]}); fix the expression or use None")

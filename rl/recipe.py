@@ -246,13 +246,13 @@ def _grade_values(policy, critic, problems, task, config: DemoConfig) -> dict:
     """The trained critic and the policy's own step confidence graded against the process oracle on the
     same held-out sibling sets (planner/value_eval.py): the oracle grades, it guides nothing."""
     from planner.scorers import ConfidenceScorer
-    from planner.value_eval import collect_cases, grade
+    from planner.value_eval import grade_scorers
     from verifiers.arithmetic import STEP_DELIMITER, step_value
 
-    cases = collect_cases(policy, problems, step_value, task.reward, task.verifier.extract, candidates=4, samples=4,
-                          step_delimiter=STEP_DELIMITER, max_step_tokens=16, max_steps=8, seed=config.seed)
-    return {name: grade(scorer, cases, equivalent=task.verifier.equivalent)
-            for name, scorer in (("critic", critic), ("confidence", ConfidenceScorer()))}
+    rows = grade_scorers(policy, problems, {"critic": critic, "confidence": ConfidenceScorer()}, task, step_value,
+                         seeds=[config.seed], candidates=4, samples=4, step_delimiter=STEP_DELIMITER,
+                         max_step_tokens=16, max_steps=8)
+    return {row["scorer"]: row for row in rows}
 
 
 def _accuracy_table(rows: list[dict]) -> dict:

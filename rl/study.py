@@ -94,19 +94,17 @@ def mc_labels(policy, cases, problems, task, rollouts: int, seed: int) -> None:
     prefix is graded as it is). One engine call for every prefix."""
     from planner.policy import SamplingParams
 
-    open_prefixes = [(s, j) for s in cases.sets for j, done in enumerate(s.finished) if not done]
-    groups = policy.generate([s.prefixes[j] for s, j in open_prefixes],
-                             SamplingParams(n=rollouts, temperature=1.0, max_tokens=64, seed=seed))
-    completions = {(id(s), j): g for (s, j), g in zip(open_prefixes, groups)}
-    for s in cases.sets:
+    groups = iter(policy.generate([p for s in cases.sets for p, done in zip(s.prefixes, s.finished) if not done],
+                                  SamplingParams(n=rollouts, temperature=1.0, max_tokens=64, seed=seed)))
+    for s in cases.sets:  # the groups come back in the order the open prefixes were sent
         problem, start = problems[s.problem], cases.prompt_lengths[s.problem]
         labels = []
-        for j, prefix in enumerate(s.prefixes):
+        for prefix, done in zip(s.prefixes, s.finished):
             text = policy.tokenizer.decode(prefix[start:])
-            if s.finished[j]:
+            if done:
                 labels.append(float(task.reward(text, problem) >= 0.5))
             else:
-                samples = completions[(id(s), j)]
+                samples = next(groups)
                 labels.append(sum(task.reward(text + x.text, problem) >= 0.5 for x in samples) / len(samples))
         s.labels = labels
 
@@ -130,23 +128,6 @@ def train_prm(policy, policy_dir: Path, task, config: StudyConfig, out: Path):
     prm.save_pretrained(out / "prm")
     return prm, {"examples": len(examples), "label_mean": sum(e.label for e in examples) / len(examples),
                  "loss_history": history, "seconds": round(time.perf_counter() - start, 1)}
-
-
-def grade_values(policy, scorers: dict, task, config: StudyConfig, first_seed_only=()) -> list[dict]:
-    """Every scorer on the same held-out sibling sets, per sampling seed (the scorers named in
-    `first_seed_only`, whose rollouts cost most, on the first seed alone)."""
-    from planner.value_eval import collect_cases, grade
-    from verifiers.arithmetic import STEP_DELIMITER, step_value
-
-    rows = []
-    for seed in config.seeds:
-        cases = collect_cases(policy, task.problems, step_value, task.reward, task.verifier.extract, candidates=4,
-                              samples=8, step_delimiter=STEP_DELIMITER, seed=seed, **STEPS)
-        for name, scorer in scorers.items():
-            if name in first_seed_only and seed != config.seeds[0]:
-                continue
-            rows.append({"scorer": name, "seed": seed, **grade(scorer, cases, equivalent=task.verifier.equivalent)})
-    return rows
 
 
 def search_curves(policy, scorers: dict, task, config: StudyConfig) -> list[dict]:
@@ -193,7 +174,8 @@ def run_study(config: StudyConfig = StudyConfig()) -> dict:
     from rl.cold_start import cold_start
     from rl.runtime import torch_settings
     from rl.study_report import write_values
-    from verifiers.arithmetic import held_out_task
+    from planner.value_eval import grade_scorers
+    from verifiers.arithmetic import STEP_DELIMITER, held_out_task, step_value
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -219,13 +201,15 @@ def run_study(config: StudyConfig = StudyConfig()) -> dict:
                               extract=task.verifier.extract, equivalent=task.verifier.equivalent)
         scorers = {"random": RandomScorer(), "confidence": ConfidenceScorer(), f"mc{config.mc_rollouts}": mc,
                    "prm": prm}
-        value_rows = grade_values(policy, scorers, task, config, first_seed_only=(f"mc{config.mc_rollouts}",))
+        grading = dict(seeds=config.seeds, candidates=4, samples=8, step_delimiter=STEP_DELIMITER, **STEPS)
+        value_rows = grade_scorers(policy, task.problems, scorers, task, step_value,
+                                   first_seed_only=(f"mc{config.mc_rollouts}",), **grading)
         if config.critic:
             from rl.critic import ValueCritic
             critic_policy = load_policy(config.critic_policy, backend=config.backend, seed=config.seed) \
                 if config.critic_policy else policy
             critic_scorers = {"critic": ValueCritic.from_pretrained(config.critic), "confidence": ConfidenceScorer()}
-            for row in grade_values(critic_policy, critic_scorers, task, config):
+            for row in grade_scorers(critic_policy, task.problems, critic_scorers, task, step_value, **grading):
                 value_rows.append({**row, "scorer": f"{row['scorer']} (critic's policy)"})
             if critic_policy is not policy:
                 critic_policy.close()

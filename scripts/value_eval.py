@@ -65,10 +65,9 @@ def main(argv=None) -> int:
     args = parse(argv)
     from planner.logs import configure_logging
     configure_logging(args.verbose)
-    from tqdm import tqdm
 
     from planner.policy import load_policy
-    from planner.value_eval import collect_cases, grade
+    from planner.value_eval import grade_scorers
     from planner.value_report import write_value_rows
     from verifiers.arithmetic import STEP_DELIMITER, held_out_task, step_value
 
@@ -76,14 +75,8 @@ def main(argv=None) -> int:
     problems = task.problems
     policy = load_policy(args.policy, backend=args.backend, seed=0)
     scorers = {name: make_scorer(name, args, policy, task) for name in args.scorers}
-    rows = []
-    for seed in tqdm(args.seeds, desc="seeds"):
-        cases = collect_cases(policy, problems, step_value, task.reward, task.verifier.extract,
-                              candidates=args.candidates, samples=args.samples, step_delimiter=STEP_DELIMITER,
-                              seed=seed)
-        for name, scorer in scorers.items():
-            report = grade(scorer, cases, equivalent=task.verifier.equivalent)
-            rows.append({"scorer": name, "seed": seed, **report})
+    rows = grade_scorers(policy, problems, scorers, task, step_value, seeds=args.seeds, progress=True,
+                         candidates=args.candidates, samples=args.samples, step_delimiter=STEP_DELIMITER)
     policy.close()
     out = Path(args.out)
     write_value_rows(rows, out)
