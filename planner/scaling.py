@@ -47,7 +47,7 @@ from typing import Literal
 from planner.budget import ComputeRecord
 from planner.scaling_report import SIZE_KNOBS, SOLVED_AT, write_outputs
 from planner.monte_carlo import MonteCarloScorer
-from planner.scorers import ModelScorer, Scorer
+from planner.scorers import ConfidenceScorer, ModelScorer, Scorer
 from planner.solve import solve, solve_batch
 from planner.strategies import STRATEGIES, make_config
 from planner.strategies.common import choose_answer
@@ -115,7 +115,8 @@ class ScalingConfig:
     forcing_min_fraction: float = 0.5
     """budget_forcing: min_thinking_tokens = round(this * size)."""
     scorer: str | None = None
-    """None, "mc" (Monte-Carlo majority agreement with the same policy), or a critic / PRM folder
+    """None, "mc" (Monte-Carlo majority agreement with the same policy), "confidence" (the policy's own
+    step log-probabilities, read from the search tree: no scorer FLOPs), or a critic / PRM folder
     (ModelScorer, squash="clamp")."""
     mc_rollouts: int = 4
     """Rollouts per prefix of the "mc" scorer."""
@@ -152,7 +153,7 @@ class ScalingConfig:
         if not 0.0 <= self.forcing_min_fraction <= 1.0:
             raise ValueError(f"forcing_min_fraction must be in [0, 1]; got {self.forcing_min_fraction!r}")
         if self.final != "majority" and self.scorer is None and {"best_of_n", "budget_forcing"} & set(self.strategies):
-            raise ValueError(f"final={self.final!r} needs a scorer ('mc' or a folder); or use final='majority'")
+            raise ValueError(f"final={self.final!r} needs a scorer ('mc', 'confidence' or a folder); or use final='majority'")
         rules = ("majority", "weighted", "best")
         if any(v not in rules for v in self.votes) or len(set(self.votes)) != len(self.votes) or self.final in self.votes:
             raise ValueError(f"votes must be distinct rules of {list(rules)} other than final={self.final!r}; "
@@ -160,7 +161,7 @@ class ScalingConfig:
         if self.votes and "best_of_n" not in self.strategies:
             raise ValueError(f"votes={self.votes!r} applies to best_of_n, which is not run; strategies: {self.strategies}")
         if self.scorer is None and set(self.votes) - {"majority"}:
-            raise ValueError(f"votes={self.votes!r} needs a scorer ('mc' or a folder) for 'weighted' and 'best'")
+            raise ValueError(f"votes={self.votes!r} needs a scorer ('mc', 'confidence' or a folder) for 'weighted' and 'best'")
         for name in self.strategies:  # a bad strategy option fails here, before any model is loaded
             for size in self.sizes_for(name):
                 self.strategy_config(name, size)
@@ -194,10 +195,13 @@ def resolve_model(model: str | os.PathLike) -> Path:
 def make_scorer(spec: str | None, policy, *, extract=None, equivalent=None, rollouts: int = 4,
                 max_tokens: int = 256, temperature: float = 0.8) -> Scorer | None:
     """The scorer factory: None -> None; "mc" -> MonteCarloScorer over `policy` (majority agreement,
-    no reference); a folder -> ModelScorer(folder, squash="clamp") (a critic trained on returns)."""
+    no reference); "confidence" -> ConfidenceScorer (the sampled steps' mean log-probability, free);
+    a folder -> ModelScorer(folder, squash="clamp") (a critic trained on returns)."""
     _check_scorer(spec)
     if spec is None:
         return None
+    if spec == "confidence":
+        return ConfidenceScorer()
     if spec == "mc":
         return MonteCarloScorer(policy, rollouts=rollouts, max_tokens=max_tokens, temperature=temperature,
                                 extract=extract, equivalent=equivalent)
@@ -205,8 +209,9 @@ def make_scorer(spec: str | None, policy, *, extract=None, equivalent=None, roll
 
 
 def _check_scorer(spec: str | None) -> None:
-    if spec not in (None, "mc") and not (Path(spec) / "config.json").is_file():
-        raise FileNotFoundError(f"scorer must be 'mc' or a critic / PRM folder with a config.json; got {spec!r}")
+    if spec not in (None, "mc", "confidence") and not (Path(spec) / "config.json").is_file():
+        raise FileNotFoundError("scorer must be 'mc', 'confidence' or a critic / PRM folder with a config.json; "
+                                f"got {spec!r}")
 
 
 def select_problems(problems: Sequence, offset: int = 0, limit: int | None = None) -> list:

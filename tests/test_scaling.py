@@ -150,6 +150,25 @@ def test_batched_run_merges_the_problems_calls(tiny_model_dir):
     assert row["problems"] == 3 and policy.stats.calls - before < row["policy_calls"]  # calls were merged
 
 
+def test_confidence_scorer_guides_beam_for_no_flops(tiny_model_dir):
+    """scorer="confidence": beam is scored by the sampled steps' log-probabilities (scorer calls happen)
+    and the scorer adds no FLOPs, so the rows' FLOPs are the policy's alone (2 x parameters x tokens)."""
+    from planner.policy import load_policy
+    from planner.scaling import make_scorer
+    from planner.scorers import ConfidenceScorer
+
+    policy = load_policy(tiny_model_dir, backend="hf", threads=1)
+    assert isinstance(make_scorer("confidence", policy), ConfidenceScorer)
+    problems = [Problem(f"t{i}", q, ref, "toy") for i, (q, ref) in enumerate([("ab", "a"), ("cd", "e")])]
+    config = ScalingConfig(model=str(tiny_model_dir), strategies=["beam"], sizes={"beam": [2]}, seeds=[0],
+                           scorer="confidence", options={"beam": {"max_steps": 2, "max_step_tokens": 4,
+                                                                  "beam_width": 2}}, progress=False)
+    (row,) = run_scaling(config, policy, problems, grade, extract=last_char)
+    assert row["scorer_calls"] > 0
+    uncached = row["prompt_tokens"] - row["cached_prompt_tokens"]
+    assert row["flops"] == pytest.approx(2 * policy.num_parameters * (uncached + row["generated_tokens"]), rel=1e-9)
+
+
 # ---- a whole run: CSV, PNGs, summary --------------------------------------------------------------------------
 def test_run_writes_csv_pngs_and_a_summary_of_means(tiny_model_dir, tmp_path):
     from planner.policy import load_policy
@@ -345,7 +364,7 @@ def test_cli_smoke_run_on_a_task_file(tiny_model_dir, tmp_path, capsys):
     (["--set", "n=4"], "--set expects STRATEGY.NAME=VALUE; got 'n=4'"),
     (["--set", "best_of_n.bogus=1"], "BestOfNConfig has no option(s) ['bogus']"),
     (["--limit", "2", "--offset", "5000"], "no problems left with offset=5000, limit=2 (the task has 1319)"),
-    (["--scorer", "{tmp}/no-critic"], "scorer must be 'mc' or a critic / PRM folder with a config.json"),
+    (["--scorer", "{tmp}/no-critic"], "scorer must be 'mc', 'confidence' or a critic / PRM folder with a config.json"),
     (["--set", "beam.beam_width=2"], "options given for strategies not run: ['beam']"),
 ])
 def test_cli_rejects_bad_options_before_loading_a_model(tiny_model_dir, tmp_path, capsys, args, message):
