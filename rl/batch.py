@@ -23,7 +23,7 @@ import torch
 from planner.tree import ROOT, SearchTree
 from rl.packing import PackedTree, group_leaves, pack_tree
 
-__all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "trained_leaves", "rows_from_tree",
+__all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "leaf_counts", "trained_leaves", "rows_from_tree",
            "batch_from_trees"]
 
 
@@ -41,6 +41,17 @@ def reward_leaves(tree: SearchTree, reward_fn, problem) -> list[int]:
 
 def monte_carlo_values(tree: SearchTree) -> list[float | None]:
     """Per node, the mean reward of the rewarded leaves below it (None where there are none)."""
+    total, count = _leaf_rewards_below(tree)
+    return [t / c if c else None for t, c in zip(total, count)]
+
+
+def leaf_counts(tree: SearchTree) -> list[int]:
+    """Per node, how many rewarded leaves lie below it (|L(s)| of TreeRL's leaf weighting)."""
+    return _leaf_rewards_below(tree)[1]
+
+
+def _leaf_rewards_below(tree: SearchTree) -> tuple[list[float], list[int]]:
+    """Per node, the summed reward and the number of the rewarded leaves in its subtree."""
     total = [0.0] * len(tree)
     count = [0] * len(tree)
     for leaf in tree.leaves():
@@ -50,7 +61,7 @@ def monte_carlo_values(tree: SearchTree) -> list[float | None]:
         for node in tree.path(leaf):
             total[node] += reward
             count[node] += 1
-    return [t / c if c else None for t, c in zip(total, count)]
+    return total, count
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,10 @@ class Row:
     """V(node) of the node each response id belongs to."""
     parent_values: list[float]
     """V(parent) of that node (the root's value for the first step)."""
+    node_leaves: list[float]
+    """|L(node)|: the rewarded leaves below the node each response id belongs to."""
+    root_value: float
+    """V(root): the mean reward of the tree's rewarded leaves."""
     reward: float
     """The leaf's reward."""
     text: str
@@ -84,18 +99,19 @@ def trained_leaves(tree: SearchTree) -> list[int]:
 
 def rows_from_tree(tree: SearchTree, group: int) -> list[Row]:
     """One `Row` per trained leaf of `tree` (see `trained_leaves`)."""
-    values = monte_carlo_values(tree)
+    values, leaves = monte_carlo_values(tree), leaf_counts(tree)
     rows = []
     for leaf in trained_leaves(tree):
         path = tree.trajectory(leaf)
-        node_values, parent_values = [], []
+        node_values, parent_values, node_leaves = [], [], []
         for node, (start, end) in zip(path.nodes, path.step_spans):
             node_values += [values[node]] * (end - start)
             parent_values += [values[tree[node].parent]] * (end - start)
+            node_leaves += [float(leaves[node])] * (end - start)
         rows.append(Row(group=group, prompt_ids=path.prompt_ids, response_ids=path.response_ids,
                         logprobs=path.logprobs, sampled=[float(s) for s in path.sampled_mask],
-                        node_values=node_values, parent_values=parent_values, reward=float(tree[leaf].reward),
-                        text=path.text))
+                        node_values=node_values, parent_values=parent_values, node_leaves=node_leaves,
+                        root_value=values[ROOT], reward=float(tree[leaf].reward), text=path.text))
     return rows
 
 
@@ -113,6 +129,8 @@ class RolloutBatch:
     old_logprobs: torch.Tensor  # (B, L) float: the engine's behaviour log-probability of token t
     token_values: torch.Tensor  # (B, L) float: Monte-Carlo value of the node that token t belongs to
     parent_values: torch.Tensor  # (B, L) float: Monte-Carlo value of that node's parent
+    token_leaves: torch.Tensor  # (B, L) float: rewarded leaves below that node
+    root_values: torch.Tensor  # (B,) float: Monte-Carlo value of the row's root
     rewards: torch.Tensor  # (B,) float: the leaf's reward
     group: torch.Tensor  # (B,) long: index of the tree (prompt) the row comes from
     prompt_lengths: torch.Tensor  # (B,) long
@@ -155,17 +173,19 @@ def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int, pack_tokens
     attention = torch.zeros((B, L), dtype=torch.long)
     packed_index = torch.full((B, L), -1, dtype=torch.long)
     per_token = {name: torch.zeros((B, L)) for name in ("response_mask", "old_logprobs", "token_values",
-                                                        "parent_values")}
+                                                        "parent_values", "token_leaves")}
     for b, row in enumerate(rows):
         p, end = len(row.prompt_ids), len(row.prompt_ids) + len(row.response_ids)
         input_ids[b, :end] = torch.tensor(row.prompt_ids + row.response_ids)
         attention[b, :end] = 1
         packed_index[b, :end] = torch.tensor(located[b][1])
         for name, values in (("response_mask", row.sampled), ("old_logprobs", row.logprobs),
-                             ("token_values", row.node_values), ("parent_values", row.parent_values)):
+                             ("token_values", row.node_values), ("parent_values", row.parent_values),
+                             ("token_leaves", row.node_leaves)):
             per_token[name][b, p:end] = torch.tensor(values)
     return RolloutBatch(input_ids=input_ids, attention_mask=attention, **per_token,
                         rewards=torch.tensor([r.reward for r in rows]),
+                        root_values=torch.tensor([r.root_value for r in rows]),
                         group=torch.tensor([r.group for r in rows]),
                         prompt_lengths=torch.tensor([len(r.prompt_ids) for r in rows]),
                         row_pack=torch.tensor([pack for pack, _ in located], dtype=torch.long),

@@ -94,7 +94,7 @@ class TrainConfig:
     """Settings of strategy "mcts" (planner.strategies.MCTSConfig)."""
     estimator: str = "grpo"
     """Advantage estimator, one of rl.estimators.ADVANTAGE_ESTIMATORS (grpo, dr_grpo, rloo, reinforce,
-    reward_to_go, reinforce_pp, reinforce_pp_baseline, remax, gae, tree)."""
+    reward_to_go, reinforce_pp, reinforce_pp_baseline, remax, gae, tree, treerl)."""
     gamma: float = 1.0
     """Discount of GAE and reward-to-go."""
     lam: float = 0.95

@@ -52,6 +52,10 @@ class AdvantageInputs:
     """(B, L) Monte-Carlo value of the tree node token t belongs to (`RolloutBatch.token_values`)."""
     parent_values: Tensor
     """(B, L) Monte-Carlo value of that node's parent."""
+    node_leaves: Tensor | None = None
+    """(B, L) how many rewarded leaves lie below that node (`RolloutBatch.token_leaves`; TreeRL)."""
+    root_values: Tensor | None = None
+    """(B,) Monte-Carlo value of the root of each row's tree (`RolloutBatch.root_values`; TreeRL)."""
     greedy_rewards: Tensor | None = None
     """(G,) reward of one greedy response per group, indexed by group id (ReMax); None otherwise."""
     gamma: float = 1.0
@@ -190,9 +194,27 @@ def gae(inputs: AdvantageInputs) -> Advantages:
 
 
 def tree(inputs: AdvantageInputs) -> Advantages:
-    """Step advantages from the search tree: V(node) - V(parent) at every token of the step
-    (`rl.advantages.tree_step_advantages`; TreeRL's local term, Hou et al. 2025)."""
+    """Step advantages from the search tree: V(node) - V(parent) at every token of the step (the node
+    values are Monte-Carlo means of the leaf rewards below; TreeRL's local term, Hou et al. 2025)."""
     return Advantages((inputs.node_values - inputs.parent_values) * inputs.mask)
+
+
+def treerl(inputs: AdvantageInputs) -> Advantages:
+    """TreeRL's process supervision (Hou et al. 2025, sec. 3.2), at every token of step s:
+
+        R(s) = (GA(s) + LA(s)) / sqrt(|L(s)|),  GA(s) = V(s) - V(root),  LA(s) = V(s) - V(parent(s))
+
+    where V is the Monte-Carlo value (mean reward of the leaves below) and |L(s)| the number of leaves
+    below s: a step shared by many leaves is down-weighted, so early steps do not dominate the gradient.
+    """
+    if inputs.node_leaves is None or inputs.root_values is None:
+        raise ValueError("the 'treerl' estimator needs node_leaves and root_values (RolloutBatch.token_leaves "
+                         "and .root_values); build the batch with rl.batch.batch_from_trees")
+    node = inputs.node_values
+    global_term = node - inputs.root_values[:, None]  # (B, L)
+    local_term = node - inputs.parent_values  # (B, L)
+    weight = torch.rsqrt(inputs.node_leaves.clamp(min=1.0))  # (B, L); off the mask the count is 0
+    return Advantages((global_term + local_term) * weight * inputs.mask)
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
@@ -206,6 +228,7 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "reinforce_pp_baseline": reinforce_pp_baseline,
     "gae": gae,
     "tree": tree,
+    "treerl": treerl,
 }
 """Name -> estimator(AdvantageInputs) -> Advantages."""
 

@@ -272,7 +272,8 @@ class Learner:
             rewards=batch.rewards, group=batch.group, mask=mask,
             kl=kl(behaviour, ref_logp, kind=c.loss.kl_kind) * mask if kl_in_reward else torch.zeros_like(mask),
             kl_coef=self.kl_controller.value if kl_in_reward else 0.0, values=old_values,
-            node_values=batch.token_values, parent_values=batch.parent_values, greedy_rewards=greedy_rewards,
+            node_values=batch.token_values, parent_values=batch.parent_values, node_leaves=batch.token_leaves,
+            root_values=batch.root_values, greedy_rewards=greedy_rewards,
             gamma=c.gamma, lam=c.lam))
         targets = out.value_targets if out.value_targets is not None else batch.token_values
         target_mask = out.value_mask if out.value_mask is not None else mask

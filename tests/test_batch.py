@@ -101,7 +101,8 @@ def test_batch_without_rewards_says_what_to_do():
 def inputs(b, **changes) -> AdvantageInputs:
     zeros = torch.zeros_like(b.response_mask)
     fields = dict(rewards=b.rewards, group=b.group, mask=b.response_mask, kl=zeros, kl_coef=0.0, values=zeros,
-                  node_values=b.token_values, parent_values=b.parent_values)
+                  node_values=b.token_values, parent_values=b.parent_values, node_leaves=b.token_leaves,
+                  root_values=b.root_values)
     fields.update(changes)
     return AdvantageInputs(**fields)
 
@@ -115,6 +116,28 @@ def test_tree_advantages_sit_on_the_tokens_of_their_step():
     s = -1 / 6  # V1 - V0 = 1/2 - 2/3
     assert_close(advantages, torch.tensor([[0, 0, s, s, .5, 0], [0, 0, s, s, -.5, -.5], [0, 0, 1 / 3, 0, 0, 0],
                                            [0, 0, 0, 0, 0, 0]]))
+
+
+def test_leaf_counts_and_root_values_by_hand():
+    """|L(node)| of tree A: root 3, node 1 two (leaves 3, 4), every other node one; V(root) = 2/3, B's .5."""
+    b = batch()
+    assert_close(b.token_leaves, torch.tensor([[0, 0, 2, 2, 1, 0], [0, 0, 2, 2, 1, 1], [0, 0, 1, 1, 1, 1],
+                                               [0, 1, 0, 0, 0, 0]], dtype=torch.float))
+    assert_close(b.root_values, torch.tensor([2 / 3, 2 / 3, 2 / 3, .5]))
+
+
+def test_treerl_advantages_by_hand():
+    """TreeRL (Hou et al. 2025): R(s) = ((V(s) - V(root)) + (V(s) - V(parent))) / sqrt(|L(s)|) on the tokens
+    of step s. Tree A, V0 = 2/3: node 1 (V .5, 2 leaves) gets (-1/6 - 1/6) / sqrt 2; node 3 (V 1) gets
+    1/3 + 1/2; node 4 (V 0) gets -2/3 - 1/2; node 2 (V 1, parent root) 1/3 + 1/3; node 6 (V 1, parent
+    V5 = 1) 1/3 + 0; the forced ids 12, 13 get 0. Tree B: V1 = V0 = .5 -> 0."""
+    b = batch()
+    s = (-1 / 3) / math.sqrt(2)
+    expected = torch.tensor([[0, 0, s, s, 5 / 6, 0], [0, 0, s, s, -7 / 6, -7 / 6], [0, 0, 2 / 3, 0, 0, 1 / 3],
+                             [0, 0, 0, 0, 0, 0]])
+    assert_close(estimate("treerl", inputs(b)).advantages, expected)
+    with pytest.raises(ValueError, match="needs node_leaves and root_values"):
+        estimate("treerl", inputs(b, node_leaves=None))
 
 
 def spread(per_row, b):
