@@ -11,10 +11,15 @@ trained on every run's stored trees (`rl.reward_model`) and judged as a best-of-
 The arms (`ARMS`): "grpo" = `rl.trainer.SearchTrainer` (GRPO advantages over each tree's leaves, the
 critic off so that every arm's trees are grown alike), "dpo" = `rl.dpo.OnlineDPO` (sibling-step and
 response pairs, the trees' own log-probabilities as reference), "rs_sft" = `rl.rs_sft.RejectionSamplingSFT`.
+The RL variants, each a `SearchTrainer` with another estimator (`rl.estimators`): "grpo_flat" (GRPO on
+best-of-N groups: no tree), "tree" (V(node) - V(parent)), "treerl" (TreeRL's global + local advantages
+with its leaf weighting), "ppo" (GAE with the value critic trained on its returns),
+"reinforce_pp_baseline" (REINFORCE++-baseline).
 Compute per run: generated tokens, prompt tokens the engine computed (not served from its prefix cache),
 tokens the learner trained on, and FLOPs = 2 N (generated + computed prompt tokens) + 6 N (trained
 tokens) for a policy of N parameters (a forward and backward of the learner; no reference forward in
-any arm).
+any arm), plus 8 N per trained token for the "ppo" arm's critic (a copy of the trunk: a forward for the
+old values, a forward and backward for its update).
 """
 
 from __future__ import annotations
@@ -60,7 +65,10 @@ class ComparisonConfig:
     grpo_lr: float = 1e-4
     """GRPO's learning rate (the demo's)."""
     grpo_minibatches: int = 4
-    """GRPO's updates per iteration (whole trees per minibatch)."""
+    """GRPO's updates per iteration (whole trees per minibatch); the other policy-gradient arms use the same
+    learning rate and minibatches."""
+    flat_samples: int = 8
+    """Responses per prompt of the "grpo_flat" arm (best-of-N groups instead of trees)."""
     dpo_lr: float = 1e-4
     """Online DPO's learning rate."""
     dpo_beta: float = 0.1
@@ -124,12 +132,26 @@ def solved_matrix(engine, problems, reward_fn, n: int, seed: int, max_tokens: in
 
 
 # ---- the arms ---------------------------------------------------------------------------------------
-def _grpo(train, config: ComparisonConfig, problems, task, engine):
-    from rl.trainer import SearchTrainer
+def _policy_gradient(estimator: str, *, flat: bool = False, critic: bool = False) -> Callable:
+    """An arm that trains with `estimator` on the MCTS trees (or, flat=True, on best-of-N groups of
+    whole responses as long as the trees' deepest path: GRPO as TRL runs it); critic=True trains the
+    value critic on GAE returns (PPO)."""
+    def build(train, config: ComparisonConfig, problems, task, engine):
+        from planner.strategies import BestOfNConfig
+        from rl.config import CriticConfig
+        from rl.trainer import SearchTrainer
 
-    train = dataclasses.replace(train, lr=config.grpo_lr, minibatches=config.grpo_minibatches, estimator="grpo",
-                                old_logprobs="engine")
-    return SearchTrainer(train, problems, task.reward, extract=task.verifier.extract, engine=engine)
+        changes = dict(lr=config.grpo_lr, minibatches=config.grpo_minibatches, estimator=estimator,
+                       old_logprobs="engine")
+        if flat:
+            changes.update(strategy="best_of_n", best_of_n=BestOfNConfig(
+                n=config.flat_samples, temperature=train.mcts.temperature,
+                max_tokens=train.mcts.max_step_tokens * train.mcts.max_steps))
+        if critic:
+            changes.update(critic=CriticConfig(enabled=True, target="gae", use_as_scorer=False))
+        return SearchTrainer(dataclasses.replace(train, **changes), problems, task.reward,
+                             extract=task.verifier.extract, engine=engine)
+    return build
 
 
 def _dpo(train, config: ComparisonConfig, problems, task, engine):
@@ -148,7 +170,16 @@ def _rs_sft(train, config: ComparisonConfig, problems, task, engine):
     return RejectionSamplingSFT(train, rs, problems, task.reward, extract=task.verifier.extract, engine=engine)
 
 
-ARMS: dict[str, Callable] = {"grpo": _grpo, "dpo": _dpo, "rs_sft": _rs_sft}
+ARMS: dict[str, Callable] = {
+    "grpo": _policy_gradient("grpo"),
+    "grpo_flat": _policy_gradient("grpo", flat=True),
+    "tree": _policy_gradient("tree"),
+    "treerl": _policy_gradient("treerl"),
+    "ppo": _policy_gradient("gae", critic=True),
+    "reinforce_pp_baseline": _policy_gradient("reinforce_pp_baseline"),
+    "dpo": _dpo,
+    "rs_sft": _rs_sft,
+}
 """Arm name -> `build(train_config, comparison_config, problems, task, engine) -> trainer` (a `SearchTrainer`
 over the running `engine`)."""
 
@@ -200,8 +231,9 @@ def run_arm(arm: str, seed: int, config: ComparisonConfig, model_dir: Path, prob
 
     def evaluate(iteration: int) -> None:
         solved, _ = solved_matrix(trainer.engine, held_out, task.reward, config.eval_samples, seed=1234)
+        learner = 6 + (8 if trainer.learner.critic is not None else 0)  # FLOPs per parameter per trained token
         flops = 2 * params * (totals["generated_tokens"] + totals["computed_prompt_tokens"]) + \
-            6 * params * totals["trained_tokens"]
+            learner * params * totals["trained_tokens"]
         rows.append({"arm": arm, "seed": seed, "iteration": iteration, **totals, "flops": flops,
                      "pass@1": float(solved.mean()), "solved_per_problem": solved.mean(0).tolist()})
 

@@ -3,6 +3,7 @@ run of scripts/compare_trainers.py (every arm, CSV, PNG, summary)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -78,3 +79,44 @@ def test_tiny_comparison_end_to_end(tmp_path):
     header = (out / "curves.csv").read_text().splitlines()[0]
     assert header.startswith("arm,seed,iteration,generated_tokens") and "pass@1" in header
     assert "| grpo |" in result.stdout
+
+
+
+@pytest.mark.slow
+def test_tiny_rl_variant_arms_end_to_end(tmp_path):
+    """The RL variants run through the same comparison: flat GRPO grows best-of-N groups (every response
+    a child of the root) where TreeRL and PPO grow MCTS trees, and PPO's FLOPs carry its critic: per
+    parameter, 2 per generated or computed prompt token and 6 (learner) + 8 (critic) per trained token."""
+    from planner.policy.local_models import build_tiny_llama
+    from transformers import AutoModelForCausalLM
+
+    from rl.comparison import ComparisonConfig
+    from verifiers.arithmetic import ARITHMETIC_ALPHABET
+
+    model = build_tiny_llama(tmp_path / "cold", alphabet=ARITHMETIC_ALPHABET, seed=0)
+    out = tmp_path / "cmp"
+    arms = ["grpo_flat", "treerl", "ppo"]
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_trainers.py"), "--tiny", "--backend", "hf",
+                             "--cold_start_dir", str(model), "--output_dir", str(out), "--reward_model", "false",
+                             "--arms", *arms], capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert set(json.loads((out / "summary.json").read_text())["arms"]) == set(arms)
+
+    params = AutoModelForCausalLM.from_pretrained(model).num_parameters()
+    rows = [r for r in csv.DictReader((out / "curves.csv").open()) if float(r["trained_tokens"]) > 0]
+    assert {r["arm"] for r in rows} == set(arms)
+    for row in rows:
+        per_trained = 6 + (8 if row["arm"] == "ppo" else 0)
+        expected = params * (2 * (float(row["generated_tokens"]) + float(row["computed_prompt_tokens"]))
+                             + per_trained * float(row["trained_tokens"]))
+        assert float(row["flops"]) == pytest.approx(expected, rel=1e-9), row["arm"]
+
+    def trees(arm):
+        lines = (out / "runs" / f"{arm}_seed0" / "trees.jsonl").read_text().splitlines()
+        return [json.loads(line)["tree"] for line in lines]
+    for tree in trees("grpo_flat"):
+        assert tree["meta"]["strategy"] == "best_of_n"
+        assert len(tree["nodes"][0]["children"]) == ComparisonConfig().flat_samples
+        assert all(node["depth"] <= 1 for node in tree["nodes"])
+    assert {tree["meta"]["strategy"] for tree in trees("treerl") + trees("ppo")} == {"mcts"}
+    assert max(node["depth"] for tree in trees("treerl") for node in tree["nodes"]) > 1
