@@ -220,7 +220,24 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-SECTION = "DPO, rejection-sampling SFT and GRPO from the same trees"
+SECTIONS: dict[str, tuple[str, str]] = {
+    "trainers": ("DPO, rejection-sampling SFT and GRPO from the same trees", "results"),
+    "rl_variants": ("RL variants at equal generated tokens", "rl_variants"),
+}
+"""--doc name -> (the docs/results.md section it writes, its folder under docs/img/)."""
+SECTION = SECTIONS["trainers"][0]
+
+ARM_TEXT = {
+    "grpo": "grpo: GRPO advantages over each MCTS tree's leaves",
+    "grpo_flat": "grpo_flat: GRPO over best-of-N groups of whole responses, no tree",
+    "tree": "tree: V(node) - V(parent) at every token of a step",
+    "treerl": "treerl: TreeRL's (V(s) - V(root) + V(s) - V(parent)) / sqrt(leaves below s)",
+    "ppo": "ppo: GAE with the value critic trained on its returns",
+    "reinforce_pp_baseline": "reinforce_pp_baseline: REINFORCE++ with the group mean as baseline",
+    "dpo": "dpo: online DPO on sibling-step and response pairs",
+    "rs_sft": "rs_sft: SFT on verified responses",
+}
+"""Arm name -> one line for the section's description."""
 
 
 def _verdict(arms: dict) -> str:
@@ -234,28 +251,41 @@ def _verdict(arms: dict) -> str:
     return f"Highest pass@1 at the end: **{best}**; its lead over " + "; over ".join(parts) + "."
 
 
-def section_body(summary: dict, command: str, machine: str, artifacts: str) -> str:
-    """The docs/results.md section: what ran, the tables, the plots and an automatic verdict."""
+def section_body(summary: dict, command: str, machine: str, artifacts: str, images: str = "results") -> str:
+    """The docs/results.md section: what ran, the tables, the plots (under docs/img/`images`) and an automatic
+    verdict."""
     c = summary["config"]
+    arms = list(summary["arms"])
     rm = summary.get("reranking", {}).get("reward_model")
+    settings = [f"policy-gradient arms lr {c['grpo_lr']} ({c['grpo_minibatches']} minibatches)"]
+    if "grpo_flat" in arms:
+        settings.append(f"grpo_flat samples {c['flat_samples']} responses per prompt at the trees' temperature, "
+                        "each as long as the trees' deepest path")
+    if "dpo" in arms:
+        settings.append(f"DPO lr {c['dpo_lr']}, beta {c['dpo_beta']}, {c['dpo_epochs']} epochs per round, step pairs "
+                        f"on '{c['dpo_continuation']}' continuations plus up to 4 response pairs per prompt, the trees' "
+                        "own log-probabilities as reference (iterative DPO)")
+    if "rs_sft" in arms:
+        settings.append(f"RS-SFT lr {c['rs_lr']}, at most {c['rs_max_per_prompt']} verified responses per prompt, "
+                        f"{c['rs_epochs']} epochs per round")
+    critic = " (+ 8 N per trained token for ppo's critic: a forward for the old values, a forward and backward " \
+             "for its update)" if "ppo" in arms else ""
     text = [
         f"Command (from the repository root): `{command}` ({summary['seconds'] / 60:.1f} min; runs finished "
         "earlier with the same settings are reused from their evaluations.json, and their training seconds are in "
         "the table)",
         "", machine, "",
-        f"From one cold start (`rl.cold_start.cold_start`, ~1M-parameter Llama, reused by every arm), each arm grows MCTS "
-        f"trees ({c['simulations']} simulations, 2 candidates per expansion, {c['prompts_per_iteration']} prompts per "
-        "iteration, valued by the verifier on finished responses: the critic is off in every arm) with its current "
-        f"policy and learns from them until it has generated {c['token_budget']:,} tokens; seeds {c['seeds']}. "
+        "Arms: " + "; ".join(ARM_TEXT[a] for a in arms) + ".",
+        "",
+        f"From one cold start (`rl.cold_start.cold_start`, ~1M-parameter Llama, reused by every arm), each arm grows "
+        f"its trees (MCTS: {c['simulations']} simulations, 2 candidates per expansion; {c['prompts_per_iteration']} "
+        "prompts per iteration; valued by the verifier on finished responses: no critic guides any search) with its "
+        f"current policy and learns from them until it has generated {c['token_budget']:,} tokens; seeds {c['seeds']}. "
         f"Pass@1: {c['eval_samples']} samples at temperature 1 on each of {c['eval_problems']} held-out problems "
-        f"(none in the SFT or RL training sets). GRPO lr {c['grpo_lr']} ({c['grpo_minibatches']} minibatches); "
-        f"DPO lr {c['dpo_lr']}, beta {c['dpo_beta']}, {c['dpo_epochs']} epochs per round, step pairs on "
-        f"'{c['dpo_continuation']}' continuations plus up to 4 response pairs per prompt, the trees' own "
-        f"log-probabilities as reference (iterative DPO); RS-SFT lr {c['rs_lr']}, at most {c['rs_max_per_prompt']} "
-        f"verified responses per prompt, {c['rs_epochs']} epochs per round. "
-        "FLOPs = 2 N (generated + computed prompt tokens) + 6 N (trained tokens).",
+        "(none in the SFT or RL training sets). " + "; ".join(settings) + ". "
+        f"FLOPs = 2 N (generated + computed prompt tokens) + 6 N (trained tokens){critic}.",
         "", markdown(summary), "", _verdict(summary["arms"]), "",
-        "![pass@1 against generated tokens](img/results/curves.png)",
+        f"![pass@1 against generated tokens](img/{images}/curves.png)",
     ]
     if rm is not None:
         last = rm["history"][-1]
@@ -265,6 +295,6 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str) -> s
                  f"stored trees (every run's); held-out pair accuracy "
                  f"{last.get('heldout_accuracy', float('nan')):.3f} on {rm['heldout_pairs']} pairs. It reranks "
                  f"samples of the cold start on the same held-out problems (sampling seeds {c['rerank_seeds']}).",
-                 "", "![reranking](img/results/reranking.png)"]
+                 "", f"![reranking](img/{images}/reranking.png)"]
     text += ["", f"Artifacts: {artifacts}."]
     return "\n".join(text)

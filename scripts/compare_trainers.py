@@ -2,11 +2,14 @@
 and the outcome reward model as a best-of-N reranker against majority vote (library: rl/comparison.py).
 
     nice -n 10 python scripts/compare_trainers.py --doc          # the measurement in docs/results.md
+    python scripts/compare_trainers.py --doc rl_variants --reward_model false --output_dir runs/rl_variants \\
+        --arms grpo grpo_flat tree treerl ppo reinforce_pp_baseline   # docs/results.md, the RL variants
     python scripts/compare_trainers.py --tiny --output_dir /tmp/c  # every stage at a tiny size
 
 Writes <output_dir>/curves.csv, curves.png (pass@1 against cumulative generated tokens), reranking.csv,
 reranking.png, summary.json, and every run's metrics and tree store under <output_dir>/runs/. With --doc
-it also writes its section of docs/results.md and copies the plots, CSVs and summary to docs/img/results/.
+it also writes its section of docs/results.md and copies the plots, CSVs and summary to docs/img/results/
+(docs/img/rl_variants/ with --doc rl_variants).
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="every stage at the smoke-test size (TINY)")
-    parser.add_argument("--doc", action="store_true", help="write the section of docs/results.md and copy the "
-                                                           "artifacts to docs/img/results/")
+    parser.add_argument("--doc", nargs="?", const="trainers", choices=["trainers", "rl_variants"],
+                        help="write a section of docs/results.md and copy the artifacts to docs/img/: 'trainers' "
+                             "(DPO, RS-SFT and GRPO; the default) or 'rl_variants' (the policy-gradient estimators)")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs too (default: warnings)")
     add_dataclass_arguments(parser, ComparisonConfig)
     args = parser.parse_args(argv)
@@ -42,14 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     from rl.comparison import run_comparison
-    from rl.comparison_report import SECTION, markdown, section_body
+    from rl.comparison_report import SECTIONS, markdown, section_body
 
     summary = run_comparison(config)
     print(markdown(summary))
     if args.doc:
         from benchdoc import machine_line, update_section
 
-        out, images = Path(config.output_dir), REPO / "docs" / "img" / "results"
+        section, folder = SECTIONS[args.doc]
+        out, images = Path(config.output_dir), REPO / "docs" / "img" / folder
         images.mkdir(parents=True, exist_ok=True)
         names = [n for n in ("curves.png", "curves.csv", "reranking.png", "reranking.csv", "summary.json")
                  if (out / n).is_file()]
@@ -57,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy(out / name, images / name)
         command = "nice -n 10 .venv/bin/python scripts/compare_trainers.py " + " ".join(
             sys.argv[1:] if argv is None else argv)
-        body = section_body(summary, command, machine_line(), ", ".join(f"docs/img/results/{n}" for n in names))
-        update_section(SECTION, body, doc=REPO / "docs" / "results.md",
+        body = section_body(summary, command, machine_line(), ", ".join(f"docs/img/{folder}/{n}" for n in names),
+                            images=folder)
+        update_section(section, body, doc=REPO / "docs" / "results.md",
                        header="# Results\n\nMeasured comparisons; each section names the command that wrote it.\n")
     return 0
 
