@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                  if (out / n).is_file()]
         for name in names:
             shutil.copy(out / name, images / name)
-        command = "nice -n 10 .venv/bin/python scripts/compare_trainers.py " + " ".join(
+        command = ".venv/bin/python scripts/compare_trainers.py " + " ".join(
             sys.argv[1:] if argv is None else argv)
         body = section_body(summary, command, machine_line(), ", ".join(f"docs/img/{folder}/{n}" for n in names),
                             images=folder)
