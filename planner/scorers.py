@@ -257,25 +257,32 @@ class ModelScorer(Scorer):
 
 # ---- the policy's own confidence ----------------------------------------------------------------
 class ConfidenceScorer(Scorer):
-    """The policy's confidence in a prefix's last step: exp(mean log-probability of the step's sampled
-    tokens), the geometric mean of their probabilities, in (0, 1]. The engine returned those
-    log-probabilities while sampling the step, so this scorer runs no model and costs no FLOPs; it is
-    the free baseline a learned value must beat (length-normalised, as MCTS's priors are).
+    """The policy's confidence in a prefix's last step, from the log-probabilities of the step's
+    sampled tokens: reduce="mean" gives exp(mean log-probability), the geometric mean of their
+    probabilities (length-normalised, as MCTS's priors are); reduce="min" gives the probability of
+    the step's least likely token, which a single slipped digit pulls down however long the step is.
+    Both lie in (0, 1]. The engine returned those log-probabilities while sampling the step, so this
+    scorer runs no model and costs no FLOPs; it is the free baseline a learned value must beat.
     A step without tokens gets `empty_value`."""
 
     uses_step_logprobs = True
+    REDUCTIONS = ("mean", "min")
 
-    def __init__(self, empty_value: float = 0.5) -> None:
+    def __init__(self, empty_value: float = 0.5, reduce: str = "mean") -> None:
         super().__init__()
         if not 0.0 <= empty_value <= 1.0:
             raise ValueError(f"empty_value must be in [0, 1]; got {empty_value!r}")
+        if reduce not in self.REDUCTIONS:
+            raise ValueError(f"reduce must be one of {list(self.REDUCTIONS)}; got {reduce!r}")
         self.empty_value = empty_value
+        self.reduce = reduce
 
     def least_spend(self, lengths, finished, prompt) -> Spend:
         return Spend()
 
     def _score(self, prefixes, prompt_len, finished, step_logprobs):
-        return [math.exp(sum(lp) / len(lp)) if lp else self.empty_value for lp in step_logprobs]
+        pool = min if self.reduce == "min" else (lambda lp: sum(lp) / len(lp))
+        return [math.exp(pool(lp)) if lp else self.empty_value for lp in step_logprobs]
 
 
 class RandomScorer(Scorer):

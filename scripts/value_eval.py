@@ -9,7 +9,8 @@ accuracy, step AUC within depths, reranking of complete samples against majority
 pick, calibration (ECE) and FLOPs per scored prefix, each accuracy with its 95% bootstrap interval
 over problems. Writes `values.csv`, `values.json` and `sibling_accuracy.png` to --out.
 
-Scorers: random; confidence (the policy's own step log-probabilities, free); mcK (Monte-Carlo
+Scorers: random; confidence and confidence_min (the policy's own step log-probabilities, their mean
+or their least, free); mcK (Monte-Carlo
 majority agreement of K rollouts, no reference); critic (a ValueCritic folder, --critic); prm (a
 process reward model folder of rl/prm.py, --prm).
 """
@@ -26,7 +27,7 @@ def parse(argv):
     parser.add_argument("--critic", help="a ValueCritic folder (for the 'critic' scorer)")
     parser.add_argument("--prm", help="a process reward model folder (rl/prm.py's save_pretrained) for the 'prm' scorer")
     parser.add_argument("--scorers", nargs="+", default=["random", "confidence", "mc4"],
-                        help="which to grade: random, confidence, mcK (K rollouts), critic, prm")
+                        help="which to grade: random, confidence, confidence_min, mcK (K rollouts), critic, prm")
     parser.add_argument("--problems", type=int, default=256, help="held-out arithmetic problems (default 256)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="sampling seeds (default: 0)")
     parser.add_argument("--candidates", type=int, default=4, help="siblings per expansion (default 4)")
@@ -43,8 +44,8 @@ def make_scorer(name: str, args, policy, task):
 
     if name == "random":
         return RandomScorer()
-    if name == "confidence":
-        return ConfidenceScorer()
+    if name in ("confidence", "confidence_min"):
+        return ConfidenceScorer(reduce="min" if name == "confidence_min" else "mean")
     if name.startswith("mc") and name[2:].isdigit():
         return MonteCarloScorer(policy, rollouts=int(name[2:]), max_tokens=64, temperature=1.0,
                                 extract=task.verifier.extract, equivalent=task.verifier.equivalent)

@@ -60,6 +60,18 @@ def test_the_confidence_scorer_reads_the_sampled_logprobs_and_costs_nothing():
         scorer.score([A])
 
 
+def test_the_least_token_confidence_sees_one_slip_that_the_mean_dilutes():
+    # a step of four sure tokens and one slip against a step of two middling tokens
+    slipped, middling = [-0.01, -0.01, -0.01, -0.01, -2.0], [-0.5, -0.5]
+    mean_values = ConfidenceScorer().score([A, F], step_logprobs=[slipped, middling])
+    min_values = ConfidenceScorer(reduce="min").score([A, F], step_logprobs=[slipped, middling])
+    assert mean_values == pytest.approx([math.exp(-2.04 / 5), math.exp(-0.5)])  # 0.665 > 0.607
+    assert min_values == pytest.approx([math.exp(-2.0), math.exp(-0.5)])  # 0.135 < 0.607: order flips
+    assert ConfidenceScorer(reduce="min").score([A], step_logprobs=[[]]) == [0.5]
+    with pytest.raises(ValueError, match="reduce must be one of"):
+        ConfidenceScorer(reduce="max")
+
+
 def test_collect_cases_walks_down_the_first_candidate(scripted_policy):
     table = {"Q\n": [("a\n", -0.1, "step"), ("b\n", -1.0, "step")],
              "Q\na\n": [("c", -0.2, "stop"), ("d", -0.3, "stop")]}
