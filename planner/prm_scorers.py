@@ -20,6 +20,8 @@ Formats:
   the response up to the end of that step (only the whole prefix with "last").
 - `TokenValueScorer`: our own token-classification critic (`rl.critic.ValueCritic`); a step's value is
   the critic's value at the step's last token (with "last", exactly `ValueCritic.score`).
+- `LikelihoodVerifier` (planner/likelihood.py): a generative verifier, a causal LM sharing the policy's
+  tokenizer; a prefix's value is the probability of the least likely response token under it.
 
 The text formats need the prompt's question and the response's text: `decode` (the policy's
 `Policy.decode`) turns ids into text and `question_of(prompt_text)` finds the question in the decoded
@@ -35,6 +37,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from planner.likelihood import LikelihoodVerifier
 from planner.scorers import AGGREGATIONS, ModelScorer, Scorer, aggregate
 
 __all__ = ["StepTextScorer", "MathShepherdScorer", "QwenPRMScorer", "SequenceRewardScorer", "TokenValueScorer",
@@ -325,6 +328,7 @@ PRM_FORMATS: dict[str, type[Scorer]] = {
     QwenPRMScorer.format: QwenPRMScorer,
     SequenceRewardScorer.format: SequenceRewardScorer,
     TokenValueScorer.format: TokenValueScorer,
+    LikelihoodVerifier.format: LikelihoodVerifier,
 }
 """Format name -> scorer class."""
 

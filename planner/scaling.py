@@ -116,8 +116,9 @@ class ScalingConfig:
     """budget_forcing: min_thinking_tokens = round(this * size)."""
     scorer: str | None = None
     """None, "mc" (Monte-Carlo majority agreement with the same policy), "confidence" (the policy's own
-    step log-probabilities, read from the search tree: no scorer FLOPs), or a critic / PRM folder
-    (ModelScorer, squash="clamp")."""
+    step log-probabilities, read from the search tree: no scorer FLOPs), or a model folder: one with a
+    scorer.json loads as the format it names (`planner.prm_scorers.load_scorer`: a PRM, the generative
+    verifier of `rl.verifier_lm`), another as a critic (ModelScorer, squash="clamp")."""
     mc_rollouts: int = 4
     """Rollouts per prefix of the "mc" scorer."""
     options: dict[str, dict] = field(default_factory=dict)
@@ -196,7 +197,9 @@ def make_scorer(spec: str | None, policy, *, extract=None, equivalent=None, roll
                 max_tokens: int = 256, temperature: float = 0.8) -> Scorer | None:
     """The scorer factory: None -> None; "mc" -> MonteCarloScorer over `policy` (majority agreement,
     no reference); "confidence" -> ConfidenceScorer (the sampled steps' mean log-probability, free);
-    a folder -> ModelScorer(folder, squash="clamp") (a critic trained on returns)."""
+    a folder with a scorer.json -> `planner.prm_scorers.load_scorer` (the format it names: a PRM, a
+    generative verifier, ...); another folder -> ModelScorer(folder, squash="clamp") (a critic trained
+    on returns)."""
     _check_scorer(spec)
     if spec is None:
         return None
@@ -205,6 +208,10 @@ def make_scorer(spec: str | None, policy, *, extract=None, equivalent=None, roll
     if spec == "mc":
         return MonteCarloScorer(policy, rollouts=rollouts, max_tokens=max_tokens, temperature=temperature,
                                 extract=extract, equivalent=equivalent)
+    from planner.prm_scorers import SCORER_FILE, load_scorer
+
+    if (Path(spec) / SCORER_FILE).is_file():
+        return load_scorer(spec, decode=policy.decode)
     return ModelScorer(spec, squash="clamp")
 
 
@@ -373,6 +380,11 @@ def load_inputs(config: ScalingConfig):
     model = resolve_model(config.model)
     _check_scorer(config.scorer)
     task = load_task(config.task, config.path, config.split)
+    wanted = config.offset + (config.limit or 0)
+    if config.task == "arithmetic" and config.split == "test" and wanted > len(task.problems):
+        from verifiers.arithmetic import held_out_task
+
+        task = held_out_task(wanted)  # generated: the held-out draw goes on past the split's own problems
     return model, task, select_problems(task.problems, config.offset, config.limit)
 
 

@@ -11,7 +11,8 @@ over problems. Writes `values.csv`, `values.json` and `sibling_accuracy.png` to 
 
 Scorers: random; confidence and confidence_min (the policy's own step log-probabilities, their mean
 or their least, free); mcK (Monte-Carlo majority agreement of K rollouts, no reference); critic (a ValueCritic folder, --critic); prm (a
-process reward model folder of rl/prm.py, --prm).
+process reward model folder of rl/prm.py, --prm); verifier (a generative verifier folder of rl/verifier_lm.py,
+--verifier).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ def parse(argv):
     parser.add_argument("--policy", required=True, help="the policy folder whose steps are graded")
     parser.add_argument("--critic", help="a ValueCritic folder (for the 'critic' scorer)")
     parser.add_argument("--prm", help="a process reward model folder (rl/prm.py's save_pretrained) for the 'prm' scorer")
+    parser.add_argument("--verifier", help="a generative verifier folder (rl/verifier_lm.py) for the 'verifier' scorer")
     parser.add_argument("--scorers", nargs="+", default=["random", "confidence", "mc4"],
-                        help="which to grade: random, confidence, confidence_min, mcK (K rollouts), critic, prm")
+                        help="which to grade: random, confidence, confidence_min, mcK (K rollouts), critic, prm, "
+                             "verifier")
     parser.add_argument("--problems", type=int, default=256, help="held-out arithmetic problems (default 256)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="sampling seeds (default: 0)")
     parser.add_argument("--candidates", type=int, default=4, help="siblings per expansion (default 4)")
@@ -58,7 +61,12 @@ def make_scorer(name: str, args, policy, task):
             raise SystemExit("the 'prm' scorer needs --prm FOLDER")
         from rl.prm import ProcessRewardModel
         return ProcessRewardModel.load(args.prm)
-    raise SystemExit(f"unknown scorer {name!r}: one of random, confidence, mcK, critic, prm")
+    if name == "verifier":
+        if not args.verifier:
+            raise SystemExit("the 'verifier' scorer needs --verifier FOLDER")
+        from planner.prm_scorers import load_scorer
+        return load_scorer(args.verifier, decode=policy.decode)
+    raise SystemExit(f"unknown scorer {name!r}: one of random, confidence, confidence_min, mcK, critic, prm, verifier")
 
 
 def main(argv=None) -> int:

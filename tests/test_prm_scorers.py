@@ -152,6 +152,6 @@ def test_our_token_value_critic(policy_tokenizer, prefix, tmp_path):
 
 
 def test_load_scorer_names_the_formats(tmp_path):
-    with pytest.raises(ValueError, match=r"scorer format must be one of \['math_shepherd', 'qwen_prm', "
+    with pytest.raises(ValueError, match=r"scorer format must be one of \['likelihood', 'math_shepherd', 'qwen_prm', "
                                          r"'sequence_classification', 'value_critic'\]; got None"):
         load_scorer(tmp_path)

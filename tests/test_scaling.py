@@ -169,6 +169,27 @@ def test_confidence_scorer_guides_beam_for_no_flops(tiny_model_dir):
     assert row["flops"] == pytest.approx(2 * policy.num_parameters * (uncached + row["generated_tokens"]), rel=1e-9)
 
 
+def test_a_folder_with_a_scorer_note_loads_as_its_format_and_arithmetic_draws_past_its_split(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+
+    from planner.likelihood import LikelihoodVerifier
+    from planner.policy import load_policy
+    from planner.scaling import load_inputs, make_scorer
+    from verifiers.tasks import load_task
+
+    folder = tmp_path / "verifier"
+    shutil.copytree(tiny_model_dir, folder)
+    (folder / "scorer.json").write_text(json.dumps({"format": "likelihood", "reduce": "mean"}))
+    scorer = make_scorer(str(folder), load_policy(tiny_model_dir, backend="hf", threads=1))
+    assert isinstance(scorer, LikelihoodVerifier) and scorer.reduce == "mean"
+    split = load_task("arithmetic").problems
+    _, _, problems = load_inputs(ScalingConfig(model=str(tiny_model_dir), task="arithmetic", offset=100, limit=100))
+    assert len(problems) == 100 and [p.question for p in problems[:len(split) - 100]] == \
+        [p.question for p in split[100:]]  # the split's own first, then the held-out draw goes on
+    assert len({p.question for p in split} | {p.question for p in problems}) == 200
+
+
 # ---- a whole run: CSV, PNGs, summary --------------------------------------------------------------------------
 def test_run_writes_csv_pngs_and_a_summary_of_means(tiny_model_dir, tmp_path):
     from planner.policy import load_policy
