@@ -12,8 +12,8 @@ says whether every step of a partial response is right), `collect_cases` samples
 `grade` then scores every candidate prefix and every complete sample with the scorer (the candidates'
 sampled log-probabilities go along, for scorers that read them) and reports the metrics of
 `planner.value_metrics` with 95% bootstrap intervals over problems, the scorer's FLOPs per scored
-prefix, and, for reference, majority vote and a random pick among the same samples. The oracle only
-grades here; it never steers a search.
+prefix (a Monte-Carlo scorer's are its rollouts' policy FLOPs), and, for reference, majority vote and
+a random pick among the same samples. The oracle only grades here; it never steers a search.
 """
 
 from __future__ import annotations
@@ -128,6 +128,8 @@ def grade(scorer, cases: ValueCases, equivalent: Callable[[str, str], bool] | No
 
     equivalent = equivalent or same_answer
     before = scorer.stats.copy()
+    policy = getattr(scorer, "policy", None)  # a rollout scorer spends the policy's compute, not its own
+    policy_before = policy.stats.copy() if policy is not None else None
     set_values = []
     for k, s in enumerate(cases.sets):  # one call per sibling set: the way search scores one expansion
         scorer.reset(k)
@@ -139,6 +141,11 @@ def grade(scorer, cases: ValueCases, equivalent: Callable[[str, str], bool] | No
         sample_values.append(scorer.score(prefixes, prompt_len=cases.prompt_lengths[i], finished=[True] * len(prefixes),
                                           step_logprobs=logprobs))
     spent = scorer.stats - before
+    flops = 2.0 * getattr(scorer, "num_parameters", 0) * spent.prompt_tokens
+    if policy is not None:  # its rollouts: the prompt tokens it computed (not the cached ones) and the generated
+        rollouts = policy.stats - policy_before
+        flops += 2.0 * policy.num_parameters * (rollouts.prompt_tokens - rollouts.cached_prompt_tokens
+                                                + rollouts.generated_tokens)
     scored = sum(len(s.prefixes) for s in cases.sets) + sum(len(p) for p in cases.samples)
     problems = len(cases.samples)
     by_problem: dict[int, list[int]] = {}
@@ -172,7 +179,7 @@ def grade(scorer, cases: ValueCases, equivalent: Callable[[str, str], bool] | No
     report = {"problems": problems, "sibling_sets": len(cases.sets),
               "mixed_pairs": sum(1 for s in cases.sets for a in s.labels for b in s.labels if a > b),
               "ece": expected_calibration_error(all_values, all_labels),
-              "flops_per_prefix": 2.0 * getattr(scorer, "num_parameters", 0) * spent.prompt_tokens / max(scored, 1),
+              "flops_per_prefix": flops / max(scored, 1),
               "step_auc_by_depth": {str(d): a for d, a in auc_within_depths(
                   all_values, all_labels, [s.depth for s in cases.sets for _ in s.labels]).items()}}
     for name, metric in (("sibling_accuracy", siblings), ("step_auc", depth_auc), ("rerank_accuracy", rerank),

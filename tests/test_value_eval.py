@@ -49,6 +49,22 @@ def test_grade_by_hand(table_scorer):
     assert 0.0 <= low <= 0.5 <= high <= 1.0
 
 
+def test_a_rollout_scorer_is_charged_the_policy_flops_of_its_rollouts(table_scorer):
+    from planner.policy.types import ComputeStats
+
+    class Rollouts(table_scorer):  # spends like a Monte-Carlo scorer: per prefix 5 prompt tokens, 2 cached, 7 generated
+        def _score(self, prefixes, prompt_len, finished):
+            self.policy.stats += ComputeStats(prompt_tokens=5 * len(prefixes), cached_prompt_tokens=2 * len(prefixes),
+                                              generated_tokens=7 * len(prefixes))
+            return [VALUES[tuple(p)] for p in prefixes]
+
+    class Policy:
+        stats, num_parameters = ComputeStats(prompt_tokens=100, generated_tokens=100), 3  # spent before: not charged
+
+    report = grade(Rollouts(VALUES, policy=Policy()), cases())
+    assert report["flops_per_prefix"] == pytest.approx(2 * 3 * (5 - 2 + 7))
+
+
 def test_the_confidence_scorer_reads_the_sampled_logprobs_and_costs_nothing():
     scorer = ConfidenceScorer()
     values = scorer.score([A, F], step_logprobs=[[-0.1], [-0.1, -0.3]])
