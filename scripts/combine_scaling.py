@@ -23,7 +23,9 @@ TOTALS = ("problems", "generated_tokens", "prompt_tokens", "cached_prompt_tokens
 
 def combine(folders: list[Path], rename: dict[str, str] | None = None) -> list[dict]:
     """The rows of every run, rows of one (strategy, size, seed) joined across problem slices; `rename`
-    maps a curve's name to the one shown (e.g. best_of_n run with --final weighted -> best_of_n_weighted)."""
+    maps a curve's name to the one shown (e.g. best_of_n run with --final weighted -> best_of_n_weighted),
+    in every run ("OLD") or in the runs whose folder has that name ("FOLDER/OLD": two runs of one strategy
+    under different scorers become two curves)."""
     rename = rename or {}
     from planner.scaling_report import read_results
 
@@ -31,7 +33,7 @@ def combine(folders: list[Path], rename: dict[str, str] | None = None) -> list[d
     for folder in folders:
         offset = json.loads((folder / "summary.json").read_text()).get("config", {}).get("offset", 0)
         for row in read_results(folder):
-            row["strategy"] = rename.get(row["strategy"], row["strategy"])
+            row["strategy"] = rename.get(f"{folder.name}/{row['strategy']}", rename.get(row["strategy"], row["strategy"]))
             outcomes = [{**o, "strategy": row["strategy"], "problem": int(o["problem"]) + offset}
                         for o in row["outcomes"]]
             key = (row["strategy"], row["size"], row["seed"])
@@ -60,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", nargs="+", required=True, type=Path, help="scripts/scaling.py output folders")
     parser.add_argument("--out", required=True, type=Path, help="folder for the combined outputs")
     parser.add_argument("--rename", nargs="*", default=[], metavar="OLD=NEW",
-                        help="show curve OLD as NEW, e.g. best_of_n=best_of_n_weighted")
+                        help="show curve OLD as NEW, e.g. best_of_n=best_of_n_weighted; FOLDER/OLD=NEW renames it "
+                             "only in the runs whose folder is named FOLDER, e.g. search_confidence/beam=beam_confidence")
     parser.add_argument("--band", choices=["interval", "minmax", "std"], default="interval",
                         help="band in the plots (default: the 95%% bootstrap interval over problems)")
     args = parser.parse_args(argv)

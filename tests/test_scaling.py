@@ -425,3 +425,6 @@ def test_combine_joins_problem_slices_and_stacks_strategies(tiny_model_dir, tmp_
                  "--rename", "best_of_n=bon"]) == 0
     assert {r["strategy"] for r in read_results(tmp_path / "all")} == {"bon"}
     assert (tmp_path / "all" / "accuracy_vs_flops.png").is_file()
+    # one strategy over the same problems twice (say, under two scorers): renamed per run, two curves
+    twice = combine([tmp_path / "slice0", tmp_path / "all"], {"all/bon": "bon_other", "slice0/bon": "never"})
+    assert sorted({(r["strategy"], r["problems"]) for r in twice}) == [("best_of_n", 2), ("bon_other", 3)]
