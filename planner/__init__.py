@@ -1,6 +1,7 @@
 """The search engine: policy backends, the search tree, strategies, scorers, budgets and solve()."""
 
 from planner.budget import Budget, ComputeRecord
+from planner.likelihood import LikelihoodVerifier
 from planner.policy import ComputeStats, Policy, Sample, SamplingParams, load_policy
 from planner.monte_carlo import MonteCarloScorer
 from planner.prm_scorers import (PRM_FORMATS, MathShepherdScorer, QwenPRMScorer, SequenceRewardScorer, TokenValueScorer,
@@ -16,7 +17,7 @@ __all__ = [
     "SearchTree", "Trajectory", "ROOT", "NO_PARENT",
     "STRATEGIES", "CONFIGS", "BestOfNConfig", "BeamConfig", "DVTSConfig", "MCTSConfig", "BudgetForcingConfig",
     "SearchResult", "Scorer", "ModelScorer", "ConfidenceScorer", "MonteCarloScorer", "OutcomeScorer",
-    "VerifierOracleScorer",
+    "VerifierOracleScorer", "LikelihoodVerifier",
     "AGGREGATIONS", "PRM_FORMATS", "MathShepherdScorer", "QwenPRMScorer", "SequenceRewardScorer", "TokenValueScorer",
     "load_scorer", "Budget", "ComputeRecord", "solve", "solve_batch", "Solution",
 ]

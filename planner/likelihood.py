@@ -10,10 +10,11 @@ verifier reads the prompt and the response so far, teacher-forced, and the value
 The least likely token is the default: one digit the verifier would not have written is enough to
 reject a response however long it is, and a prefix's value can only fall as it grows, so the value is
 already a whole path's (beam's default `aggregation="last"` ranks paths by it). With the policy itself
-as the verifier this is its own confidence (`planner.scorers.ConfidenceScorer`, free); it pays off
-with a verifier that knows more than the policy (`rl.verifier_lm`: sibling-ranking accuracy 0.997
-against the policy's 0.78 in docs/results.md). The verifier must share the policy's tokenizer: a
-prefix's ids are fed to it as they are.
+as the verifier this is the policy's own confidence over the response (`planner.scorers.ConfidenceScorer`
+reads it free, per step, from the sampled log-probabilities); it pays off with a verifier that knows
+more than the policy (`rl.verifier_lm`: sibling-ranking accuracy 0.986-0.993 against the policy's
+0.80-0.82 in docs/results.md). The verifier must share the policy's tokenizer: a prefix's ids are fed
+to it as they are.
 
 Cost: one forward pass over each prefix (`stats.prompt_tokens`, `num_parameters` for FLOPs).
 """
