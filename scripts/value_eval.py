@@ -10,9 +10,9 @@ pick, calibration (ECE) and FLOPs per scored prefix, each accuracy with its 95% 
 over problems. Writes `values.csv`, `values.json` and `sibling_accuracy.png` to --out.
 
 Scorers: random; confidence and confidence_min (the policy's own step log-probabilities, their mean
-or their least, free); mcK (Monte-Carlo majority agreement of K rollouts, no reference); critic (a ValueCritic folder, --critic); prm (a
-process reward model folder of rl/prm.py, --prm); verifier (a generative verifier folder of rl/verifier_lm.py,
---verifier).
+or their least, free); mcK (Monte-Carlo majority agreement of K rollouts, no reference); critic (a
+ValueCritic folder, --critic); prm (a process reward model folder of rl/prm.py, --prm); verifier (a
+generative verifier folder of rl/verifier_lm.py, --verifier).
 """
 
 from __future__ import annotations
