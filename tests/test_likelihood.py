@@ -88,3 +88,17 @@ def test_train_verifier_lm_writes_a_folder_that_scores(tmp_path):
     assert 0.0 < value <= 1.0
     with pytest.raises(ValueError, match="reduce must be one of"):
         train_verifier_lm(tmp_path / "bad", reduce="max")
+
+
+def test_the_policy_as_its_own_verifier_gives_its_sampled_confidence(model_dir):
+    """Two code paths, one number: the HF backend's log-probabilities of the tokens it sampled at T=1
+    and the verifier's teacher-forced ones over the same prefix. Both are float32 log-softmaxes of the
+    same logits (the backend's with a KV cache, the verifier's in one pass), which agree to ~1e-6 on any
+    CPU; 1e-4 relative leaves room for the different summation orders."""
+    from planner.policy import SamplingParams, load_policy
+
+    policy = load_policy(model_dir, "hf", seed=0)
+    (group,) = policy.generate([PROMPT], SamplingParams(n=3, temperature=1.0, max_tokens=6, seed=1))
+    prefixes = [PROMPT + list(s.token_ids) for s in group]
+    values = LikelihoodVerifier(model_dir).score(prefixes, prompt_len=len(PROMPT))
+    assert values == pytest.approx([math.exp(min(s.logprobs)) for s in group], rel=1e-4)
