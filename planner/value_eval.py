@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.policy.types import SamplingParams
+from planner.budget import ComputeMeter
+from planner.policy.types import ComputeStats, SamplingParams
 from planner.value_metrics import (auc_within_depths, expected_calibration_error, rerank_accuracy, sibling_accuracy)
 
 __all__ = ["SiblingSet", "ValueCases", "collect_cases", "grade", "grade_scorers", "BOOTSTRAP_RESAMPLES"]
@@ -111,6 +112,15 @@ def collect_cases(policy, problems: Sequence, oracle: Callable[[object, str], fl
     return cases
 
 
+class _NoPolicy:
+    """The policy of a scorer that runs none: it spends nothing."""
+
+    num_parameters = 0
+
+    def __init__(self) -> None:
+        self.stats = ComputeStats()
+
+
 def _interval(metric: Callable[[list[int]], float | None], problems: int, seed: int = 0) -> tuple[float, float] | None:
     """95% percentile-bootstrap interval of `metric(problem indices)` over resampled problems."""
     rng = np.random.default_rng(seed)
@@ -127,9 +137,8 @@ def grade(scorer, cases: ValueCases, equivalent: Callable[[str, str], bool] | No
     from planner.answers import same_answer, vote
 
     equivalent = equivalent or same_answer
-    before = scorer.stats.copy()
-    policy = getattr(scorer, "policy", None)  # a rollout scorer spends the policy's compute, not its own
-    policy_before = policy.stats.copy() if policy is not None else None
+    # a rollout scorer spends its policy's compute (FLOPs of the prompt tokens computed and the generated)
+    meter = ComputeMeter(getattr(scorer, "policy", None) or _NoPolicy(), scorer)
     set_values = []
     for k, s in enumerate(cases.sets):  # one call per sibling set: the way search scores one expansion
         scorer.reset(k)
@@ -140,12 +149,7 @@ def grade(scorer, cases: ValueCases, equivalent: Callable[[str, str], bool] | No
         scorer.reset(len(cases.sets) + i)
         sample_values.append(scorer.score(prefixes, prompt_len=cases.prompt_lengths[i], finished=[True] * len(prefixes),
                                           step_logprobs=logprobs))
-    spent = scorer.stats - before
-    flops = 2.0 * getattr(scorer, "num_parameters", 0) * spent.prompt_tokens
-    if policy is not None:  # its rollouts: the prompt tokens it computed (not the cached ones) and the generated
-        rollouts = policy.stats - policy_before
-        flops += 2.0 * policy.num_parameters * (rollouts.prompt_tokens - rollouts.cached_prompt_tokens
-                                                + rollouts.generated_tokens)
+    flops = meter.record().flops
     scored = sum(len(s.prefixes) for s in cases.sets) + sum(len(p) for p in cases.samples)
     problems = len(cases.samples)
     by_problem: dict[int, list[int]] = {}
