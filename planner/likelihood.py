@@ -86,9 +86,9 @@ class LikelihoodVerifier(Scorer):
         if prompt_len is None:
             raise ValueError("LikelihoodVerifier needs prompt_len (where the response starts) to know which "
                              "tokens the policy wrote; planner's strategies pass it")
-        too_big = [t for p in prefixes for t in p if self.vocab_size is not None and not 0 <= t < self.vocab_size]
-        if too_big:
-            raise ValueError(f"token id {too_big[0]} is outside the verifier's vocabulary ({self.vocab_size} ids): "
+        largest = max(max(p, default=0) for p in prefixes)
+        if self.vocab_size is not None and largest >= self.vocab_size:
+            raise ValueError(f"token id {largest} is outside the verifier's vocabulary ({self.vocab_size} ids): "
                              "the verifier must share the policy's tokenizer (train it with rl.verifier_lm)")
         values = []
         for logprobs in self.token_logprobs(prefixes, prompt_len):
