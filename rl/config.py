@@ -128,6 +128,10 @@ class TrainConfig:
     """Dynamic sampling (DAPO): leave out groups whose rewards are all equal (they carry no signal)."""
     critic: CriticConfig = field(default_factory=CriticConfig)
     """The value critic."""
+    scorer: str | None = None
+    """A scorer folder (`planner.load_scorer`: its scorer.json names the format), e.g. the generative verifier
+    that `rl/verifier_lm.py` trains: it values beam/DVTS/MCTS in every iteration, in place of the verifier
+    oracle (first iteration) and the critic (`critic.use_as_scorer`). None: those two."""
     device: str = "auto"
     """Where the learner's models live: "auto" (CUDA when available, else the CPU), "cpu", "cuda", "cuda:1"."""
     dtype: Literal["float32", "bfloat16"] = "float32"

@@ -2,13 +2,18 @@
 
 1. Cold-start SFT of a ~1M-parameter Llama on generated arithmetic traces, stopped on purpose at
    partial skill (DeepSeek-R1's first stage; `rl.cold_start.cold_start`).
-2. Compute-scaling curves of that model (Snell et al. 2024): best-of-N with majority vote, beam
-   search and MCTS valued by Monte-Carlo rollouts, and s1-style budget forcing.
-3. Search-guided RL: MCTS trees from the current policy, the policy and the value critic trained
-   on them, the new weights pushed into the serving engine every iteration (`rl.trainer`).
-4. Scaling curves again, now with the trained critic as the scorer of beam and MCTS.
-5. A report with the numbers: pass@1 before and after RL, accuracy per strategy and size before
-   and after, each with its 95% interval, and the generated tokens and total FLOPs (the scorer's
+2. The value that guides search: a generative verifier, a separate 35k-parameter LM trained to
+   convergence on the same gold traces (`rl.verifier_lm`; a value head on the policy's trunk ranks
+   sibling steps no better than the policy's own confidence, docs/results.md).
+3. Compute-scaling curves of the cold start (Snell et al. 2024): best-of-N with majority vote, beam
+   search and MCTS valued by the verifier, and s1-style budget forcing.
+4. Search-guided RL: MCTS trees from the current policy, valued by the verifier, the policy and the
+   value critic trained on them, the new weights pushed into the serving engine every iteration
+   (`rl.trainer`).
+5. Scaling curves again after RL, and the values (verifier, the loop's critic, the policy's step
+   confidence) graded against the process oracle on held-out sibling steps.
+6. A report with the numbers: pass@1 before and after RL, accuracy per strategy and size before
+   and after, each with its 95% interval, and the generated tokens and total FLOPs (the verifier's
    included) each strategy needed to reach best-of-N-majority's best accuracy (`report.md`,
    `summary.json`, PNG plots).
 """
@@ -20,7 +25,11 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-__all__ = ["DemoConfig", "run_demo", "TINY"]
+__all__ = ["DemoConfig", "run_demo", "TINY", "VALUES"]
+
+VALUES = ("verifier", "critic", "confidence")
+"""The values the demo grades against the process oracle after RL: the generative verifier that guides its
+searches, the critic the loop trains on the trees' values, and the policy's own step confidence."""
 
 
 @dataclass
@@ -55,10 +64,12 @@ class DemoConfig:
     forcing: list[int] = field(default_factory=lambda: [24, 48])
     """Budget-forcing sizes (thinking-token budgets)."""
     value_problems: int = 64
-    """Held-out problems whose sibling steps grade the trained critic and the policy's step confidence
-    against the process oracle (summary: critic_sibling_accuracy, critic_step_auc)."""
-    mc_rollouts: int = 2
-    """Rollouts per prefix of the Monte-Carlo scorer before RL."""
+    """Held-out problems whose sibling steps grade the verifier, the trained critic and the policy's step
+    confidence against the process oracle (summary: verifier_sibling_accuracy, critic_step_auc, ...)."""
+    verifier_minutes: float = 3.0
+    """Most wall minutes of the verifier's training (it stops earlier at verifier_target; about 1 minute)."""
+    verifier_target: float = 0.97
+    """Sampled pass@1 on the held-out problems at which the verifier's training stops."""
     rl_iterations: int = 20
     """Search-train iterations (the demo's run time is in its summary.json, `stage_seconds`)."""
     rl_prompts: int = 32
@@ -89,7 +100,7 @@ class DemoConfig:
 
 
 TINY = DemoConfig(sft_minutes=0.4, sft_target=0.05, eval_problems=8, pass_samples=2, scaling_problems=4, seeds=[0],
-                  best_of_n=[1, 2], beam=[2], mcts=[2], forcing=[16], mc_rollouts=1, rl_iterations=2, rl_prompts=2,
+                  best_of_n=[1, 2], beam=[2], mcts=[2], forcing=[16], verifier_minutes=0.05, rl_iterations=2, rl_prompts=2,
                   rl_simulations=2, rl_minibatches=2, value_problems=4, progress=False)
 """The smoke-test size: every stage and artifact, in well under two minutes."""
 
@@ -156,7 +167,9 @@ def _run_demo(config: DemoConfig) -> dict:
     from planner.strategies import MCTSConfig
     from rl.config import CriticConfig, TrainConfig
     from rl.cold_start import COLD_START_SFT, cold_start, pass_rates
+    from planner.prm_scorers import load_scorer
     from rl.trainer import SearchTrainer
+    from rl.verifier_lm import train_verifier_lm
     from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task
     from verifiers.tasks import load_task
 
@@ -188,11 +201,14 @@ def _run_demo(config: DemoConfig) -> dict:
         return pass_rates(engine, held_out, task.reward, n=config.pass_samples, max_tokens=max_tokens,
                           seed=config.seed)
 
+    verifier = train_verifier_lm(out / "verifier", target_pass=config.verifier_target,
+                                 max_minutes=config.verifier_minutes, eval_problems=config.eval_problems,
+                                 seed=config.seed, progress=config.progress)
+    value = load_scorer(verifier.model_dir, decode=policy.decode)
+    t = lap("verifier", t)
+
     before = pass_at_1(policy)
-    from planner.monte_carlo import MonteCarloScorer
-    mc = MonteCarloScorer(policy, rollouts=config.mc_rollouts, max_tokens=max_tokens, temperature=1.0,
-                          extract=task.verifier.extract, equivalent=task.verifier.equivalent)
-    rows_before = _scaling(policy, scaling_set, task, config, mc, "before_rl", out)
+    rows_before = _scaling(policy, scaling_set, task, config, value, "before_rl", out)
     policy.close()
     t = lap("scaling_before_rl", t)
 
@@ -202,14 +218,16 @@ def _run_demo(config: DemoConfig) -> dict:
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
         prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
         lr=config.rl_lr, minibatches=config.rl_minibatches, seed=config.seed, critic=CriticConfig(lr=1e-3),
+        scorer=str(verifier.model_dir),
         dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
     trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract)
     history = trainer.run(progress=config.progress)
     t = lap("rl", t)
 
     after = pass_at_1(trainer.engine)
-    values = _grade_values(trainer.engine, trainer.learner.critic, held_out[: config.value_problems], task, config)
-    rows_after = _scaling(trainer.engine, scaling_set, task, config, trainer.learner.critic, "after_rl", out)
+    values = _grade_values(trainer.engine, {"verifier": value, "critic": trainer.learner.critic},
+                           held_out[: config.value_problems], task, config)
+    rows_after = _scaling(trainer.engine, scaling_set, task, config, value, "after_rl", out)
     trainer.engine.close()
     lap("scaling_after_rl", t)  # (the value grading is in it)
 
@@ -217,16 +235,14 @@ def _run_demo(config: DemoConfig) -> dict:
         "backend": backend, "config": asdict(config), "seconds": round(time.perf_counter() - start, 1),
         "stage_seconds": timings,
         "cold_start": {"steps": sft.steps, "seconds": round(sft.seconds, 1), "curve": sft.curve},
+        "verifier": {"steps": verifier.steps, "seconds": round(verifier.seconds, 1), "curve": verifier.curve,
+                     "parameters": value.num_parameters},
         "pass@1_before_rl": before["pass@1"], "pass@1_after_rl": after["pass@1"],
         "pass@1_interval_before_rl": [before["pass@1_low"], before["pass@1_high"]],
         "pass@1_interval_after_rl": [after["pass@1_low"], after["pass@1_high"]],
         "rl_gain_points": round(100 * (after["pass@1"] - before["pass@1"]), 1),
-        "critic_sibling_accuracy": values["critic"]["sibling_accuracy"],
-        "critic_sibling_accuracy_interval": values["critic"]["sibling_accuracy_interval"],
-        "critic_step_auc": values["critic"]["step_auc"],
-        "confidence_sibling_accuracy": values["confidence"]["sibling_accuracy"],
-        "confidence_sibling_accuracy_interval": values["confidence"]["sibling_accuracy_interval"],
-        "confidence_step_auc": values["confidence"]["step_auc"],
+        **{f"{name}_{key}": values[name][key] for name in VALUES
+           for key in ("sibling_accuracy", "sibling_accuracy_interval", "step_auc")},
         f"pass@{config.pass_samples}_before_rl": before[f"pass@{config.pass_samples}"],
         f"pass@{config.pass_samples}_after_rl": after[f"pass@{config.pass_samples}"],
         "rl_history": [{k: m[k] for k in ("iteration", "reward_mean", "pass_rate", "critic_heldout_mse", "seconds")
@@ -242,14 +258,15 @@ def _run_demo(config: DemoConfig) -> dict:
     return summary
 
 
-def _grade_values(policy, critic, problems, task, config: DemoConfig) -> dict:
-    """The trained critic and the policy's own step confidence graded against the process oracle on the
-    same held-out sibling sets (planner/value_eval.py): the oracle grades, it guides nothing."""
+def _grade_values(policy, scorers: dict, problems, task, config: DemoConfig) -> dict:
+    """`scorers` (the verifier, the trained critic) and the policy's own step confidence graded against the
+    process oracle on the same held-out sibling sets (planner/value_eval.py): the oracle grades, it guides
+    nothing."""
     from planner.scorers import ConfidenceScorer
     from planner.value_eval import grade_scorers
     from verifiers.arithmetic import STEP_DELIMITER, step_value
 
-    rows = grade_scorers(policy, problems, {"critic": critic, "confidence": ConfidenceScorer()}, task, step_value,
+    rows = grade_scorers(policy, problems, {**scorers, "confidence": ConfidenceScorer()}, task, step_value,
                          seeds=[config.seed], candidates=4, samples=4, step_delimiter=STEP_DELIMITER,
                          max_step_tokens=16, max_steps=8)
     return {row["scorer"]: row for row in rows}
@@ -270,7 +287,8 @@ def _accuracy_table(rows: list[dict]) -> dict:
 
 def _targets(summary: dict) -> dict:
     """The issue's targets, stated as met or not with the measured numbers: the savings are
-    best-of-N-majority's cost at its best accuracy over the critic-guided search's cost to reach it."""
+    best-of-N-majority's cost at its best accuracy over the cost of the search guided by the learned value
+    (the verifier; the keys keep the issue's names) to reach it."""
     after = summary["compute_to_best_of_n_best_after_rl"]["strategies"]
     best = lambda key: max((after[s][key] for s in ("beam", "mcts") if s in after and after[s][key]),  # noqa: E731
                            default=None)

@@ -2,7 +2,7 @@
 
 Every accuracy is printed with its 95% interval (a percentile bootstrap over the held-out problems,
 `planner.scaling_report`), and every cost both as generated tokens and as total FLOPs (policy plus
-scorer: a trained critic's forward passes count, Monte-Carlo rollouts count as policy tokens).
+scorer: the verifier's forward passes count).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def plot_before_after(out: Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("accuracy (held-out arithmetic), band: 95% interval")
     axes[0].legend(fontsize=7, ncol=2)
-    fig.suptitle("Search before RL (dashed, Monte-Carlo scorer) and after RL (solid, trained critic)", fontsize=9)
+    fig.suptitle("Search before RL (dashed) and after RL (solid); beam and MCTS valued by the generative verifier",
+                 fontsize=9)
     fig.tight_layout()
     path = out / "accuracy_vs_compute_before_after.png"
     fig.savefig(path, dpi=100)
@@ -97,7 +98,8 @@ def write_report(summary: dict, out: Path) -> Path:
         "| value | sibling-ranking accuracy | step AUC within depths |", "|---|---:|---:|",
         *(f"| {name} | {_with_interval(summary[f'{key}_sibling_accuracy'], summary[f'{key}_sibling_accuracy_interval'])}"
           f" | {_fmt(summary[f'{key}_step_auc'], 3)} |"
-          for name, key in (("the trained critic", "critic"), ("the policy's step confidence", "confidence"))),
+          for name, key in (("the generative verifier (guides the searches)", "verifier"),
+                            ("the critic trained in the loop", "critic"), ("the policy's step confidence", "confidence"))),
         "",
         "## Accuracy per strategy and size", "",
         "| strategy | size | accuracy before RL | tokens/problem | FLOPs/problem | accuracy after RL | tokens/problem "
@@ -109,9 +111,10 @@ def write_report(summary: dict, out: Path) -> Path:
             lines.append(f"| {strategy} | {size} | {_accuracy(b)} | {b['tokens_per_problem']:.0f} | "
                          f"{_flops(b['flops_per_problem'])} | {_accuracy(a)} | {_fmt(a.get('tokens_per_problem'), 0)} "
                          f"| {_flops(a.get('flops_per_problem'))} |")
-    lines += ["", "Before RL, beam and MCTS are valued by Monte-Carlo rollouts (majority agreement, no reference; "
-              "their rollouts count as generated tokens); after RL by the trained critic (its forward passes count "
-              "in the FLOPs).", ""]
+    verifier = summary["verifier"]
+    lines += ["", f"Beam and MCTS are valued by the generative verifier (rl/verifier_lm.py: {verifier['parameters']:,} "
+              f"parameters, {verifier['steps']} SFT steps in {verifier['seconds']:.0f} s), before RL, during RL's "
+              "searches and after; its forward passes count in the FLOPs.", ""]
     for phase in ("before_rl", "after_rl"):
         reach = summary[f"compute_to_best_of_n_best_{phase}"]
         lines += [f"## Compute to reach best-of-N-majority's best accuracy, {phase.replace('_', ' ')}", "",
@@ -131,7 +134,8 @@ def write_report(summary: dict, out: Path) -> Path:
               f"- RL raises sampled pass@1 by at least 20 points: "
               f"**{'met' if targets['rl_gain_at_least_20_points'] else 'not met'}** ({summary['rl_gain_points']:+.1f}"
               " points).",
-              f"- Beam or MCTS with the trained critic reaches best-of-N-majority's best accuracy with at least 4x "
+              f"- Beam or MCTS with the learned value (the verifier) reaches best-of-N-majority's best accuracy with "
+              f"at least 4x "
               f"fewer total FLOPs: **{'met' if targets['critic_search_4x_fewer_flops'] else 'not met'}** (best "
               f"saving: {_fmt(saving, 2)}{'x' if saving else ''} in FLOPs, "
               f"{_fmt(targets['critic_search_saving'], 2)}{'x' if targets['critic_search_saving'] else ''} in tokens).",

@@ -10,12 +10,15 @@ Stages (each writes its CSV under `output_dir`; `rl/study_report.py` turns them 
    training problems (never the held-out ones), labelled by Monte-Carlo rollouts checked against the
    reference (Math-Shepherd's soft labels, `prm_labels="mc"`) or by the process oracle (`"oracle"`:
    the labels' noise-free limit).
-3. **values graded** (`planner/value_eval.py`) on held-out sibling sets, several sampling seeds: random,
-   the policy's step confidence, Monte-Carlo-k, the PRM, and a trained critic when one is given.
-4. **search at equal FLOPs** (`planner/scaling.py`): best-of-N majority against beam guided by the
-   step confidence and by the PRM, accuracy against generated tokens and against FLOPs (the PRM's
-   forward passes included).
-5. **budget forcing** at several thinking budgets, on both cold starts.
+3. **a generative verifier** (`rl/verifier_lm.py`): a separate small LM trained to convergence on the
+   gold traces of training problems (or `verifier` when given).
+4. **values graded** (`planner/value_eval.py`) on held-out sibling sets, several sampling seeds: random,
+   the policy's step confidence, Monte-Carlo-k, the PRM, the verifier, and a trained critic when one is
+   given.
+5. **search at equal FLOPs** (`planner/scaling.py`): best-of-N majority against beam guided by the
+   step confidence, by the PRM and by the verifier, accuracy against generated tokens and against FLOPs
+   (the PRM's and the verifier's forward passes included).
+6. **budget forcing** at several thinking budgets, on both cold starts.
 
 The process oracle grades and labels training data only; no search at test time reads it.
 """
@@ -37,7 +40,12 @@ class StudyConfig:
     output_dir: str = "runs/study"
     """Where models, CSVs, plots and summary.json go."""
     policy: str | None = None
-    """A cold-start model folder to study (e.g. a demo's `sft/`); None: trained here."""
+    """A cold-start model folder to study (e.g. a demo's `sft/`, or its RL policy `rl/checkpoint/policy`);
+    None: trained here."""
+    verifier: str | None = None
+    """A generative verifier folder (`rl.verifier_lm`, e.g. a demo's `verifier/`); None: trained here."""
+    verifier_minutes: float = 3.0
+    """Most minutes of the verifier's training here (it stops at a held-out pass@1 of 0.97; about 1 min)."""
     critic: str | None = None
     """A trained ValueCritic folder to grade beside the others (e.g. a demo's `rl/checkpoint/critic`)."""
     critic_policy: str | None = None
@@ -80,7 +88,7 @@ class StudyConfig:
             raise ValueError(f"StudyConfig.backend must be 'vllm' or 'hf'; got {self.backend!r}")
 
 
-TINY_STUDY = StudyConfig(sft_minutes=0.3, problems=8, seeds=[0], train_problems=8, prm_epochs=1, mc_rollouts=2,
+TINY_STUDY = StudyConfig(sft_minutes=0.3, verifier_minutes=0.05, problems=8, seeds=[0], train_problems=8, prm_epochs=1, mc_rollouts=2,
                          best_of_n=[1, 2], beam=[2], forcing=[16, 32], progress=False, backend="hf")
 """Every stage at a smoke-test size."""
 
@@ -171,7 +179,9 @@ def run_study(config: StudyConfig = StudyConfig()) -> dict:
     from planner.scaling_report import summarize, write_outputs
     from planner.scorers import ConfidenceScorer, RandomScorer
     from planner.monte_carlo import MonteCarloScorer
+    from planner.prm_scorers import load_scorer
     from rl.cold_start import cold_start
+    from rl.verifier_lm import train_verifier_lm
     from rl.runtime import torch_settings
     from rl.study_report import write_values
     from planner.value_eval import grade_scorers
@@ -192,6 +202,12 @@ def run_study(config: StudyConfig = StudyConfig()) -> dict:
         stages["cold_starts"] = round(time.perf_counter() - t, 1)
 
         t = time.perf_counter()
+        verifier_dir = Path(config.verifier) if config.verifier else train_verifier_lm(
+            out / "verifier", max_minutes=config.verifier_minutes, eval_problems=config.problems, seed=config.seed,
+            progress=config.progress).model_dir
+        stages["verifier"] = round(time.perf_counter() - t, 1)
+
+        t = time.perf_counter()
         policy = load_policy(policy_dir, backend=config.backend, seed=config.seed)
         prm, prm_record = train_prm(policy, policy_dir, task, config, out)
         stages["prm"] = round(time.perf_counter() - t, 1)
@@ -199,8 +215,9 @@ def run_study(config: StudyConfig = StudyConfig()) -> dict:
         t = time.perf_counter()
         mc = MonteCarloScorer(policy, rollouts=config.mc_rollouts, max_tokens=64, temperature=1.0,
                               extract=task.verifier.extract, equivalent=task.verifier.equivalent)
+        verifier = load_scorer(verifier_dir, decode=policy.decode)
         scorers = {"random": RandomScorer(), "confidence": ConfidenceScorer(), f"mc{config.mc_rollouts}": mc,
-                   "prm": prm}
+                   "prm": prm, "verifier": verifier}
         grading = dict(seeds=config.seeds, candidates=4, samples=8, step_delimiter=STEP_DELIMITER, **STEPS)
         value_rows = grade_scorers(policy, task.problems, scorers, task, step_value,
                                    first_seed_only=(f"mc{config.mc_rollouts}",), **grading)
@@ -216,7 +233,8 @@ def run_study(config: StudyConfig = StudyConfig()) -> dict:
         stages["values"] = round(time.perf_counter() - t, 1)
 
         t = time.perf_counter()
-        search_rows = search_curves(policy, {"confidence": ConfidenceScorer(), "prm": prm}, task, config)
+        search_rows = search_curves(policy, {"confidence": ConfidenceScorer(), "prm": prm, "verifier": verifier},
+                                    task, config)
         write_outputs(search_rows, out / "search")
         policy.close()
         stages["search"] = round(time.perf_counter() - t, 1)
@@ -227,7 +245,8 @@ def run_study(config: StudyConfig = StudyConfig()) -> dict:
         stages["forcing"] = round(time.perf_counter() - t, 1)
 
     summary = {"config": asdict(config), "seconds": round(time.perf_counter() - start, 1), "stage_seconds": stages,
-               "prm": prm_record, **write_values(value_rows, out), "search": summarize(search_rows),
+               "prm": prm_record, "verifier": {"folder": str(verifier_dir), "parameters": verifier.num_parameters},
+               **write_values(value_rows, out), "search": summarize(search_rows),
                "forcing": summarize(forcing_rows)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

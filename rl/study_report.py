@@ -73,6 +73,31 @@ def _met(flag) -> str:
     return "**met**" if flag else ("**not measured**" if flag is None else "**not met**")
 
 
+def _value_targets(name: str, label: str, values: dict, search: dict, mc_rollouts: int) -> list[str]:
+    """Issue 13's value and search targets for one learned value (`name`: its scorer and its beam_<name> curve)."""
+    value, conf, mc = values.get(name, {}), values.get("confidence", {}), values.get(f"mc{mc_rollouts}", {})
+    sibling = value.get("sibling_accuracy")
+    per_flop = (sibling is not None and mc.get("sibling_accuracy") is not None
+                and sibling >= mc["sibling_accuracy"] and value["flops_per_prefix"] <= mc["flops_per_prefix"])
+    flops = search.get("flops_to_reach_best_of_n_best", {})
+    saving = (flops["best_of_n"] / flops[f"beam_{name}"]
+              if flops.get("best_of_n") and flops.get(f"beam_{name}") else None)
+    points = sorted(_points(search, f"beam_{name}"), key=lambda p: p["size"])
+    monotone = all(b["accuracy_mean"] >= a["accuracy_mean"] for a, b in zip(points, points[1:])) if points else None
+    return [f"- {label[0].upper() + label[1:]}: sibling-ranking accuracy >= 0.95 and above the step confidence: "
+            f"{_met(sibling is not None and sibling >= 0.95 and bool(_above(sibling, conf.get('sibling_accuracy'))))} "
+            f"({_num(sibling)}, confidence {_num(conf.get('sibling_accuracy'))}); beats Monte-Carlo-{mc_rollouts} per "
+            f"FLOP (at least as accurate, no more FLOPs per prefix): {_met(per_flop)}.",
+            f"- Beam guided by {label} above best-of-N majority at equal FLOPs at every budget: "
+            f"{_met(_beats_at_equal_flops(search, f'beam_{name}'))}; reaches majority's best accuracy with >= 4x fewer "
+            f"FLOPs: {_met(None if saving is None and not points else bool(saving and saving >= 4))} "
+            f"({'not reached' if saving is None else f'{saving:.1f}x'}); more beams never lower its accuracy: "
+            f"{_met(monotone)}.",
+            f"- As a reranker of 8 samples {label} beats majority vote: "
+            f"{_met(_above(value.get('rerank_accuracy'), value.get('majority_accuracy')))} "
+            f"({_num(value.get('rerank_accuracy'))} against {_num(value.get('majority_accuracy'))})."]
+
+
 def section_body(summary: dict, command: str, machine: str, artifacts: str) -> str:
     """The docs/results.md section from the study's summary."""
     c, values, prm = summary["config"], summary["values"], summary["prm"]
@@ -86,11 +111,13 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str) -> s
              f"confidence as an input, BCE + sibling pairwise loss) trained on {prm['examples']:,} sibling steps of "
              f"{c['train_problems']} training problems, labelled by "
              + ("Monte-Carlo rollouts against the reference" if c["prm_labels"] == "mc" else "the process oracle")
-             + f" (label mean {prm['label_mean']:.2f}), {c['prm_epochs']} epochs in {prm['seconds']:.0f} s.", "",
+             + f" (label mean {prm['label_mean']:.2f}), {c['prm_epochs']} epochs in {prm['seconds']:.0f} s. The "
+             f"generative verifier (`rl/verifier_lm.py`, `{summary['verifier']['folder']}`): a separate LM of "
+             f"{summary['verifier']['parameters']:,} parameters trained to convergence on gold traces of training "
+             "problems, scoring a prefix by its probability of the least likely response token.", "",
              "### Sibling ranking and the other value metrics", "",
              "Mean over seeds; in brackets the widest of the seeds' 95% intervals (bootstrap over problems). A "
-             "Monte-Carlo scorer runs no model of its own: its cost is its rollouts' generated tokens, policy FLOPs "
-             "that the FLOPs column does not show (about k x 30 tokens per scored prefix here).", "",
+             "Monte-Carlo scorer's FLOPs per prefix are its rollouts' policy FLOPs.", "",
              "| value | sibling-ranking accuracy | step AUC within depths | reranking 8 samples | majority of 8 "
              "| ECE | FLOPs per scored prefix |", "|---|---|---|---|---|---:|---:|"]
     for name, v in values.items():
@@ -100,32 +127,21 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str) -> s
                      f"{_num(v['majority_accuracy'])} | {_num(v['ece'])} | {v['flops_per_prefix']:.2e} |")
     lines += ["", "![sibling-ranking accuracy](img/study/sibling_accuracy.png)", "",
               "### Search against best-of-N at equal compute", "",
-              "Best-of-N with a majority vote against beam search guided by the policy's step confidence and by "
-              "the PRM (FLOPs include the PRM's forward passes; the confidence costs none).", "", *_curve_rows(summary["search"]),
+              "Best-of-N with a majority vote against beam search guided by the policy's step confidence, by "
+              "the PRM and by the generative verifier (FLOPs include the PRM's and the verifier's forward passes; "
+              "the confidence costs none).", "", *_curve_rows(summary["search"]),
               "", "![accuracy against FLOPs](img/study/search_accuracy_vs_flops.png)", "",
               "### Budget forcing", "",
               "Thinking budgets b (at most b thinking tokens, an end of thinking before b/2 replaced by \"Wait\") on "
               "the plain cold start and on one trained with self-correction traces "
               f"({c['self_correction']:.0%} of its data).", "", *_curve_rows(summary["forcing"]), "",
               "![budget forcing](img/study/forcing_accuracy_vs_tokens.png)", ""]
-    prm_v, conf_v = values.get("prm", {}), values.get("confidence", {})
-    mc_v = values.get(f"mc{c['mc_rollouts']}", {})
-    prm_sib, conf_sib = prm_v.get("sibling_accuracy"), conf_v.get("sibling_accuracy")
-    per_flop = (prm_sib is not None and mc_v.get("sibling_accuracy") is not None
-                and prm_sib >= mc_v["sibling_accuracy"] and prm_v["flops_per_prefix"] <= mc_v["flops_per_prefix"])
     forcing = {s: _rising(points) for s, points in summary["forcing"]["curves"].items()}
-    lines += ["### Issue 13's targets on these numbers", "",
-              f"- The learned value's sibling-ranking accuracy >= 0.95 and above the step confidence: "
-              f"{_met(prm_sib is not None and prm_sib >= 0.95 and bool(_above(prm_sib, conf_sib)))} (PRM {_num(prm_sib)}, "
-              f"confidence {_num(conf_sib)}).",
-              f"- It beats Monte-Carlo-{c['mc_rollouts']} per FLOP (at least as accurate, no more FLOPs per prefix): "
-              f"{_met(per_flop)}.",
-              f"- PRM-guided beam above best-of-N majority at equal FLOPs at every budget: "
-              f"{_met(_beats_at_equal_flops(summary['search'], 'beam_prm'))}; confidence-guided beam: "
+    lines += ["### Issue 13's targets on these numbers", ""]
+    for name, label in (("verifier", "the generative verifier"), ("prm", "the PRM")):
+        lines += _value_targets(name, label, values, summary["search"], c["mc_rollouts"])
+    lines += [f"- Confidence-guided beam above best-of-N majority at equal FLOPs at every budget: "
               f"{_met(_beats_at_equal_flops(summary['search'], 'beam_confidence'))}.",
-              f"- As a reranker of 8 samples the PRM beats majority vote: "
-              f"{_met(_above(prm_v.get('rerank_accuracy'), prm_v.get('majority_accuracy')))} "
-              f"({_num(prm_v.get('rerank_accuracy'))} against {_num(prm_v.get('majority_accuracy'))}).",
               *(f"- Budget forcing's accuracy rises with the budget over {len(c['forcing'])} budgets ({s}): "
                 f"{_met(flag)}." for s, flag in forcing.items()), "",
               f"Artifacts: {artifacts}."]

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from planner.policy import EnginePool, SamplingParams, load_policy
+from planner.prm_scorers import load_scorer
 from planner.scorers import VerifierOracleScorer
 from planner.scheduler import run_interleaved
 from planner.strategies import STRATEGIES, MCTSConfig
@@ -81,6 +82,8 @@ class SearchTrainer:
                 self.engine = None  # rank 0 searches
             else:
                 self.engine = engine if engine is not None else self._load_engine()
+        self.search_scorer = (load_scorer(config.scorer, decode=self.engine.decode)
+                              if config.scorer and self.engine is not None else None)
         if self.engine is not None:
             self.tokenizer = self.engine.tokenizer
         else:
@@ -132,10 +135,13 @@ class SearchTrainer:
         return dataclasses.replace(self.config.search, **changes)
 
     def _scorer(self, problem):
-        """The trained critic once it has learned something (the closed loop); before that the verifier
-        (allowed in training) so the first trees are not guided by an untrained head."""
+        """The scorer of `config.scorer` when given; else the trained critic once it has learned something
+        (the closed loop), and before that the verifier (allowed in training) so the first trees are not
+        guided by an untrained head."""
         if self.config.strategy == "best_of_n":
             return None
+        if self.search_scorer is not None:
+            return self.search_scorer
         if self.learner.critic is not None and self.config.critic.use_as_scorer and self.iteration > 0:
             return self.learner.critic
         return VerifierOracleScorer(problem.reference, self.engine.decode, extract=lambda text: text,
@@ -208,7 +214,8 @@ class SearchTrainer:
             "greedy": greedy,
             "pass_rate": float(np.mean([self.reward_fn(r.text, p) > 0.5 for r, p in zip(results, problems)])),
             "tree_nodes": float(np.mean([len(t) for t in trees])), "generated_tokens": spent.generated_tokens,
-            "cached_prompt_tokens": spent.cached_prompt_tokens, "search_seconds": time.perf_counter() - start}
+            "cached_prompt_tokens": spent.cached_prompt_tokens, "search_seconds": time.perf_counter() - start,
+            "scorer_flops": float(sum(r.compute.scorer_flops for r in results))}
 
     def _iteration(self) -> dict:
         c, i = self.config, self.iteration

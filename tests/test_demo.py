@@ -12,7 +12,7 @@ import pytest
 
 from planner.scaling_report import read_results
 from rl.metrics import read_metrics
-from rl.recipe import TINY, run_demo
+from rl.recipe import TINY, VALUES, run_demo
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,6 +26,7 @@ def demo(tmp_path_factory):
 def test_every_artifact_exists(demo):
     out, summary = demo
     for name in ("report.md", "summary.json", "accuracy_vs_compute_before_after.png", "sft/config.json",
+                 "verifier/config.json", "verifier/scorer.json",
                  "rl/metrics.csv", "rl/checkpoint/policy/config.json", "rl/checkpoint/critic/config.json"):
         assert (out / name).is_file(), name
     for phase in ("before_rl", "after_rl"):
@@ -58,11 +59,16 @@ def test_report_numbers_equal_the_csvs(demo):
             f"{bon['flops_per_problem']:.2e} |") in report
     history = read_metrics(out / "rl")
     assert [m["reward_mean"] for m in history] == [m["reward_mean"] for m in summary["rl_history"]]
-    for key in ("critic", "confidence"):  # the values graded against the oracle, in the report as in the summary
+    for key in VALUES:  # the values graded against the oracle, in the report as in the summary
         value = summary[f"{key}_sibling_accuracy"]
         assert value is None or 0.0 <= value <= 1.0
         assert summary[f"{key}_step_auc"] is None or 0.0 <= summary[f"{key}_step_auc"] <= 1.0
-    assert "| the trained critic | " in report and "| the policy's step confidence | " in report
+    for row in ("the generative verifier (guides the searches)", "the critic trained in the loop",
+                "the policy's step confidence"):
+        assert f"| {row} | " in report, row
+    verifier = summary["verifier"]  # the verifier guided the RL searches: its FLOPs are in every iteration's metrics
+    assert verifier["parameters"] > 0 and verifier["steps"] > 0
+    assert all(m["scorer_flops"] > 0 and m["scorer_flops"] % (2 * verifier["parameters"]) == 0 for m in history)
 
 
 def test_demo_help_and_bad_option():

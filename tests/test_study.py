@@ -40,12 +40,20 @@ def test_the_study_runs_every_stage_and_its_prm_loads_back(tmp_path):
 
     summary = run_study(replace(TINY_STUDY, output_dir=str(tmp_path)))
     assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(summary))
-    assert set(summary["values"]) == {"random", "confidence", "mc2", "prm"}
-    assert set(summary["search"]["curves"]) == {"best_of_n", "beam_confidence", "beam_prm"}
+    assert set(summary["values"]) == {"random", "confidence", "mc2", "prm", "verifier"}
+    assert set(summary["search"]["curves"]) == {"best_of_n", "beam_confidence", "beam_prm", "beam_verifier"}
     assert set(summary["forcing"]["curves"]) == {"budget_forcing_plain", "budget_forcing_self_correction"}
     for name in ("values/values.csv", "values/sibling_accuracy.png", "search/results.csv",
-                 "forcing/accuracy_vs_tokens.png", "prm/prm.json"):
+                 "forcing/accuracy_vs_tokens.png", "prm/prm.json", "verifier/scorer.json"):
         assert (tmp_path / name).is_file(), name
     assert summary["prm"]["examples"] > 0 and 0.0 <= summary["prm"]["label_mean"] <= 1.0
     prm = ProcessRewardModel.load(tmp_path / "prm")
     assert prm.num_parameters > 0
+    # the results section states each learned value's targets with its own numbers
+    from rl.study_report import section_body
+
+    body = section_body(summary, "python scripts/study.py", "a machine", "artifacts")
+    verifier = summary["values"]["verifier"]
+    assert "- The generative verifier: sibling-ranking accuracy >= 0.95" in body and "- The PRM: " in body
+    assert f"({verifier['rerank_accuracy']:.3f} against {verifier['majority_accuracy']:.3f})" in body
+    assert f"{summary['verifier']['parameters']:,} parameters" in body

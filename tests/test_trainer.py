@@ -85,6 +85,29 @@ def test_mcts_trees_train_the_critic_and_its_error_on_new_nodes_falls(rl_model_d
     assert trainer._scorer(PROBLEMS[0]) is trainer.learner.critic
 
 
+def test_a_scorer_folder_values_every_iterations_search(rl_model_dir, tmp_path):
+    """`TrainConfig.scorer`: a folder that loads as a scorer (here the policy's own weights noted as a
+    generative verifier) guides the search from the first iteration on, and its FLOPs are logged."""
+    import shutil
+
+    from planner.likelihood import LikelihoodVerifier
+    from planner.prm_scorers import SCORER_FILE
+
+    verifier = tmp_path / "verifier"
+    shutil.copytree(rl_model_dir, verifier)
+    (verifier / SCORER_FILE).write_text(json.dumps({"format": "likelihood"}))
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path / "run", strategy="mcts", iterations=2, scorer=str(verifier)),
+                            PROBLEMS, digit_fraction)
+    assert isinstance(trainer._scorer(PROBLEMS[0]), LikelihoodVerifier)
+    history = trainer.run(progress=False)
+    per_token = 2.0 * trainer.search_scorer.num_parameters  # a forward over each scored token
+    assert all(m["scorer_flops"] > 0 and m["scorer_flops"] % per_token == 0 for m in history), history
+    assert trainer._scorer(PROBLEMS[0]) is trainer.search_scorer  # not the critic after the first iteration
+    with pytest.raises(ValueError, match="scorer format must be one of"):
+        SearchTrainer(config(rl_model_dir, tmp_path / "bad", strategy="mcts", scorer=str(rl_model_dir)), PROBLEMS,
+                      digit_fraction)
+
+
 def test_ppo_with_gae_runs_and_fits_the_value(rl_model_dir, tmp_path):
     trainer = SearchTrainer(config(rl_model_dir, tmp_path, estimator="gae", iterations=3,
                                    critic=CriticConfig(target="gae", lr=3e-3)), PROBLEMS, digit_fraction)
