@@ -1,5 +1,6 @@
-"""The whole loop on a CPU in minutes: cold-start SFT -> scaling curves -> search-guided RL (policy and
-critic from MCTS trees) -> scaling curves with the trained critic -> runs/demo/report.md.
+"""The whole loop on a CPU in minutes: cold-start SFT -> a generative verifier -> scaling curves ->
+search-guided RL (policy and critic from MCTS trees the verifier values) -> scaling curves again and the
+values graded -> runs/demo/report.md.
 
     python scripts/demo.py                 # the full demo (about 10 minutes on 2 cores)
     python scripts/demo.py --tiny          # every stage at a tiny size (the smoke test)
