@@ -164,10 +164,10 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict:
 
 def _run_demo(config: DemoConfig) -> dict:
     from planner.policy import load_policy
+    from planner.prm_scorers import load_scorer
     from planner.strategies import MCTSConfig
     from rl.config import CriticConfig, TrainConfig
     from rl.cold_start import COLD_START_SFT, cold_start, pass_rates
-    from planner.prm_scorers import load_scorer
     from rl.trainer import SearchTrainer
     from rl.verifier_lm import train_verifier_lm
     from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task
