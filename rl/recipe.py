@@ -100,8 +100,8 @@ class DemoConfig:
 
 
 TINY = DemoConfig(sft_minutes=0.4, sft_target=0.05, eval_problems=8, pass_samples=2, scaling_problems=4, seeds=[0],
-                  best_of_n=[1, 2], beam=[2], mcts=[2], forcing=[16], verifier_minutes=0.05, rl_iterations=2, rl_prompts=2,
-                  rl_simulations=2, rl_minibatches=2, value_problems=4, progress=False)
+                  best_of_n=[1, 2], beam=[2], mcts=[2], forcing=[16], verifier_minutes=0.05, rl_iterations=2,
+                  rl_prompts=2, rl_simulations=2, rl_minibatches=2, value_problems=4, progress=False)
 """The smoke-test size: every stage and artifact, in well under two minutes."""
 
 

@@ -88,8 +88,9 @@ class StudyConfig:
             raise ValueError(f"StudyConfig.backend must be 'vllm' or 'hf'; got {self.backend!r}")
 
 
-TINY_STUDY = StudyConfig(sft_minutes=0.3, verifier_minutes=0.05, problems=8, seeds=[0], train_problems=8, prm_epochs=1, mc_rollouts=2,
-                         best_of_n=[1, 2], beam=[2], forcing=[16, 32], progress=False, backend="hf")
+TINY_STUDY = StudyConfig(sft_minutes=0.3, verifier_minutes=0.05, problems=8, seeds=[0], train_problems=8,
+                         prm_epochs=1, mc_rollouts=2, best_of_n=[1, 2], beam=[2], forcing=[16, 32], progress=False,
+                         backend="hf")
 """Every stage at a smoke-test size."""
 
 STEPS = {"max_step_tokens": 16, "max_steps": 8}

@@ -91,8 +91,7 @@ def _value_targets(name: str, label: str, values: dict, search: dict, mc_rollout
             f"- Beam guided by {label} above best-of-N majority at equal FLOPs at every budget: "
             f"{_met(_beats_at_equal_flops(search, f'beam_{name}'))}; above confidence-guided beam at equal FLOPs: "
             f"{_met(_beats_at_equal_flops(search, f'beam_{name}', 'beam_confidence'))}; reaches majority's best "
-            f"accuracy with >= 4x fewer "
-            f"FLOPs: {_met(None if saving is None and not points else bool(saving and saving >= 4))} "
+            f"accuracy with >= 4x fewer FLOPs: {_met(bool(saving and saving >= 4) if points else None)} "
             f"({'not reached' if saving is None else f'{saving:.1f}x'}); more beams never lower its accuracy: "
             f"{_met(monotone)}.",
             f"- As a reranker of 8 samples {label} beats majority vote: "
