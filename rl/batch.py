@@ -23,8 +23,8 @@ import torch
 from planner.tree import ROOT, SearchTree
 from rl.packing import PackedTree, group_leaves, pack_tree
 
-__all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "leaf_counts", "trained_leaves", "rows_from_tree",
-           "batch_from_trees"]
+__all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "leaf_counts", "step_progress", "trained_leaves",
+           "rows_from_tree", "batch_from_trees"]
 
 
 def reward_leaves(tree: SearchTree, reward_fn, problem) -> list[int]:
@@ -48,6 +48,27 @@ def monte_carlo_values(tree: SearchTree) -> list[float | None]:
 def leaf_counts(tree: SearchTree) -> list[int]:
     """Per node, how many rewarded leaves lie below it (|L(s)| of TreeRL's leaf weighting)."""
     return _leaf_rewards_below(tree)[1]
+
+
+def step_progress(tree: SearchTree) -> list[float]:
+    """Per node, the progress of its step as the search's value saw it: Q(node) minus the mean Q of the
+    node and its siblings (Setlur et al. 2024's process advantage A(s, a) = Q(s, a) - V(s), with V(s)
+    the mean over the actions the search tried from s). Q is the node's reward when it has one (a
+    rewarded leaf), else the scorer's value `node.score`; a node without either, or whose siblings are
+    all without one, gets 0.0, as does the root. An only child gets 0.0: no alternative to compare."""
+    def q(node: int) -> float | None:
+        n = tree[node]
+        return n.reward if n.reward is not None else n.score
+
+    progress = [0.0] * len(tree)
+    for parent in range(len(tree)):
+        valued = [(c, q(c)) for c in tree[parent].children if q(c) is not None]
+        if len(valued) < 2:
+            continue
+        mean = sum(v for _, v in valued) / len(valued)
+        for child, value in valued:
+            progress[child] = value - mean
+    return progress
 
 
 def _leaf_rewards_below(tree: SearchTree) -> tuple[list[float], list[int]]:
@@ -83,6 +104,8 @@ class Row:
     """V(parent) of that node (the root's value for the first step)."""
     node_leaves: list[float]
     """|L(node)|: the rewarded leaves below the node each response id belongs to."""
+    node_progress: list[float]
+    """`step_progress` of the node each response id belongs to."""
     root_value: float
     """V(root): the mean reward of the tree's rewarded leaves."""
     reward: float
@@ -99,19 +122,21 @@ def trained_leaves(tree: SearchTree) -> list[int]:
 
 def rows_from_tree(tree: SearchTree, group: int) -> list[Row]:
     """One `Row` per trained leaf of `tree` (see `trained_leaves`)."""
-    values, leaves = monte_carlo_values(tree), leaf_counts(tree)
+    values, leaves, progress = monte_carlo_values(tree), leaf_counts(tree), step_progress(tree)
     rows = []
     for leaf in trained_leaves(tree):
         path = tree.trajectory(leaf)
-        node_values, parent_values, node_leaves = [], [], []
+        node_values, parent_values, node_leaves, node_progress = [], [], [], []
         for node, (start, end) in zip(path.nodes, path.step_spans):
             node_values += [values[node]] * (end - start)
             parent_values += [values[tree[node].parent]] * (end - start)
             node_leaves += [float(leaves[node])] * (end - start)
+            node_progress += [progress[node]] * (end - start)
         rows.append(Row(group=group, prompt_ids=path.prompt_ids, response_ids=path.response_ids,
                         logprobs=path.logprobs, sampled=[float(s) for s in path.sampled_mask],
                         node_values=node_values, parent_values=parent_values, node_leaves=node_leaves,
-                        root_value=values[ROOT], reward=float(tree[leaf].reward), text=path.text))
+                        node_progress=node_progress, root_value=values[ROOT], reward=float(tree[leaf].reward),
+                        text=path.text))
     return rows
 
 
@@ -130,6 +155,7 @@ class RolloutBatch:
     token_values: torch.Tensor  # (B, L) float: Monte-Carlo value of the node that token t belongs to
     parent_values: torch.Tensor  # (B, L) float: Monte-Carlo value of that node's parent
     token_leaves: torch.Tensor  # (B, L) float: rewarded leaves below that node
+    token_progress: torch.Tensor  # (B, L) float: `step_progress` of that node
     root_values: torch.Tensor  # (B,) float: Monte-Carlo value of the row's root
     rewards: torch.Tensor  # (B,) float: the leaf's reward
     group: torch.Tensor  # (B,) long: index of the tree (prompt) the row comes from
@@ -173,7 +199,7 @@ def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int, pack_tokens
     attention = torch.zeros((B, L), dtype=torch.long)
     packed_index = torch.full((B, L), -1, dtype=torch.long)
     per_token = {name: torch.zeros((B, L)) for name in ("response_mask", "old_logprobs", "token_values",
-                                                        "parent_values", "token_leaves")}
+                                                        "parent_values", "token_leaves", "token_progress")}
     for b, row in enumerate(rows):
         p, end = len(row.prompt_ids), len(row.prompt_ids) + len(row.response_ids)
         input_ids[b, :end] = torch.tensor(row.prompt_ids + row.response_ids)
@@ -181,7 +207,7 @@ def batch_from_trees(trees: Sequence[SearchTree], pad_token_id: int, pack_tokens
         packed_index[b, :end] = torch.tensor(located[b][1])
         for name, values in (("response_mask", row.sampled), ("old_logprobs", row.logprobs),
                              ("token_values", row.node_values), ("parent_values", row.parent_values),
-                             ("token_leaves", row.node_leaves)):
+                             ("token_leaves", row.node_leaves), ("token_progress", row.node_progress)):
             per_token[name][b, p:end] = torch.tensor(values)
     return RolloutBatch(input_ids=input_ids, attention_mask=attention, **per_token,
                         rewards=torch.tensor([r.reward for r in rows]),

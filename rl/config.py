@@ -94,7 +94,11 @@ class TrainConfig:
     """Settings of strategy "mcts" (planner.strategies.MCTSConfig)."""
     estimator: str = "grpo"
     """Advantage estimator, one of rl.estimators.ADVANTAGE_ESTIMATORS (grpo, dr_grpo, rloo, reinforce,
-    reward_to_go, reinforce_pp, reinforce_pp_baseline, remax, gae, tree, treerl)."""
+    reward_to_go, reinforce_pp, reinforce_pp_baseline, remax, gae, tree, treerl, grpo_progress)."""
+    progress_coef: float = 1.0
+    """Weight of the process advantage in estimator "grpo_progress": the step's value (the scorer's, or
+    its reward) minus the mean over it and its siblings, added to GRPO's outcome advantage (Setlur et
+    al. 2024; `rl.batch.step_progress`). Other estimators ignore it."""
     gamma: float = 1.0
     """Discount of GAE and reward-to-go."""
     lam: float = 0.95
@@ -233,6 +237,8 @@ class TrainConfig:
             _fail("TrainConfig", "kl_placement", "one of ['loss', 'reward']", self.kl_placement)
         if self.kl_reward_coef < 0:
             _fail("TrainConfig", "kl_reward_coef", "a number >= 0", self.kl_reward_coef)
+        if not self.progress_coef >= 0:
+            _fail("TrainConfig", "progress_coef", "a number >= 0", self.progress_coef)
         if self.loss.kl_kind not in KL_ESTIMATORS:
             _fail("TrainConfig", "loss.kl_kind", f"one of {list(KL_ESTIMATORS)}", self.loss.kl_kind)
         self._check_learner_options()

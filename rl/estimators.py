@@ -56,6 +56,11 @@ class AdvantageInputs:
     """(B, L) how many rewarded leaves lie below that node (`RolloutBatch.token_leaves`; TreeRL)."""
     root_values: Tensor | None = None
     """(B,) Monte-Carlo value of the root of each row's tree (`RolloutBatch.root_values`; TreeRL)."""
+    progress: Tensor | None = None
+    """(B, L) the progress of the step token t belongs to (`RolloutBatch.token_progress`,
+    `rl.batch.step_progress`)."""
+    progress_coef: float = 1.0
+    """Weight of `progress` in the `grpo_progress` estimator (alpha of Setlur et al. 2024)."""
     greedy_rewards: Tensor | None = None
     """(G,) reward of one greedy response per group, indexed by group id (ReMax); None otherwise."""
     gamma: float = 1.0
@@ -217,6 +222,24 @@ def treerl(inputs: AdvantageInputs) -> Advantages:
     return Advantages((global_term + local_term) * weight * inputs.mask)
 
 
+def grpo_progress(inputs: AdvantageInputs) -> Advantages:
+    """GRPO's outcome advantage plus a process advantage at every token of each step (Setlur et al. 2024,
+    "Rewarding Progress: Scaling Automated Process Verifiers for LLM Reasoning"):
+
+        A_t = grpo(row) + progress_coef * (Q(step) - mean Q of the step and its siblings)
+
+    where Q is the value the search gave the step (its reward when it is a rewarded leaf, else the
+    scorer's value of its prefix; `rl.batch.step_progress`). With a step-level verifier as the scorer,
+    a step that turns a correct prefix wrong, where its sibling does not, is pushed down even in a
+    response whose outcome hides it. Departure: the paper's A is measured with a separate prover
+    policy's rollouts; here it is the search's own scorer, read from the tree (no extra rollouts)."""
+    if inputs.progress is None:
+        raise ValueError("the 'grpo_progress' estimator needs progress (RolloutBatch.token_progress); build the "
+                         "batch with rl.batch.batch_from_trees")
+    outcome = grpo(inputs).advantages  # (B, L)
+    return Advantages((outcome + inputs.progress_coef * inputs.progress) * inputs.mask)
+
+
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "reinforce": reinforce,
     "reward_to_go": reward_to_go,
@@ -229,6 +252,7 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "gae": gae,
     "tree": tree,
     "treerl": treerl,
+    "grpo_progress": grpo_progress,
 }
 """Name -> estimator(AdvantageInputs) -> Advantages."""
 

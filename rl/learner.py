@@ -273,8 +273,8 @@ class Learner:
             kl=kl(behaviour, ref_logp, kind=c.loss.kl_kind) * mask if kl_in_reward else torch.zeros_like(mask),
             kl_coef=self.kl_controller.value if kl_in_reward else 0.0, values=old_values,
             node_values=batch.token_values, parent_values=batch.parent_values, node_leaves=batch.token_leaves,
-            root_values=batch.root_values, greedy_rewards=greedy_rewards,
-            gamma=c.gamma, lam=c.lam))
+            root_values=batch.root_values, progress=batch.token_progress, progress_coef=c.progress_coef,
+            greedy_rewards=greedy_rewards, gamma=c.gamma, lam=c.lam))
         targets = out.value_targets if out.value_targets is not None else batch.token_values
         target_mask = out.value_mask if out.value_mask is not None else mask
         if self.critic is not None:  # error on this iteration's fresh (held-out) tree nodes, before training

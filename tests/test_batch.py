@@ -21,7 +21,7 @@ import torch
 from torch.testing import assert_close
 
 from planner.tree import ROOT, SearchTree
-from rl.batch import batch_from_trees, monte_carlo_values, rows_from_tree
+from rl.batch import batch_from_trees, monte_carlo_values, rows_from_tree, step_progress
 from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs, estimate
 
 EPS = 1e-4
@@ -102,7 +102,7 @@ def inputs(b, **changes) -> AdvantageInputs:
     zeros = torch.zeros_like(b.response_mask)
     fields = dict(rewards=b.rewards, group=b.group, mask=b.response_mask, kl=zeros, kl_coef=0.0, values=zeros,
                   node_values=b.token_values, parent_values=b.parent_values, node_leaves=b.token_leaves,
-                  root_values=b.root_values)
+                  root_values=b.root_values, progress=b.token_progress)
     fields.update(changes)
     return AdvantageInputs(**fields)
 
@@ -138,6 +138,27 @@ def test_treerl_advantages_by_hand():
     assert_close(estimate("treerl", inputs(b)).advantages, expected)
     with pytest.raises(ValueError, match="needs node_leaves and root_values"):
         estimate("treerl", inputs(b, node_leaves=None))
+
+
+def test_step_progress_and_grpo_progress_by_hand():
+    """Setlur et al. 2024's process advantage, Q(step) - mean Q over the step and its siblings, with Q the
+    reward where there is one, else the scorer's `score`. Tree A with scores .8 (node 1) and .4 (node 2):
+    the root's children get .8 - .6 = .2 and -.2; node 1's leaves 1 - .5 = .5 and -.5; the only children
+    5 and 6, and tree B's only child, 0. grpo_progress adds coef x progress to GRPO's advantage on every
+    sampled token (the forced ids 12, 13 get nothing)."""
+    a = tree_a()
+    a[1].score, a[2].score = .8, .4
+    a[3].score = .1  # a reward outranks the score
+    assert_close(torch.tensor(step_progress(a)), torch.tensor([0, .2, -.2, .5, -.5, 0, 0]))
+    b = batch_from_trees([a, tree_b()], pad_token_id=0)
+    progress = torch.tensor([[0, 0, .2, .2, .5, 0], [0, 0, .2, .2, -.5, -.5], [0, 0, -.2, 0, 0, 0], [0] * 6])
+    assert_close(b.token_progress, progress)
+    outcome = estimate("grpo", inputs(b)).advantages
+    combined = estimate("grpo_progress", inputs(b, progress_coef=2.0)).advantages
+    assert_close(combined, outcome + 2.0 * progress * b.response_mask)
+    assert combined[2, 3] == combined[2, 4] == 0  # forced ids
+    with pytest.raises(ValueError, match="needs progress"):
+        estimate("grpo_progress", inputs(b, progress=None))
 
 
 def spread(per_row, b):
