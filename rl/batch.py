@@ -10,7 +10,8 @@ its subtree: the Monte-Carlo estimate of the probability that a response passing
 ends correct (Math-Shepherd, Wang et al. 2024; TreeRL, Hou et al. 2025). They are the critic's
 regression targets, and the `tree` advantage estimator reads them: the step advantage
 V(node) - V(parent) is `token_values - parent_values` at every token of that step. The values are
-spread onto tokens here, once.
+spread onto tokens here, once, and so is each step's progress (`step_progress`: its value as the
+search saw it, minus its siblings' mean), which the `grpo_progress` estimator reads.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import torch
 from planner.tree import ROOT, SearchTree
 from rl.packing import PackedTree, group_leaves, pack_tree
 
-__all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "leaf_counts", "step_progress", "trained_leaves",
-           "rows_from_tree", "batch_from_trees"]
+__all__ = ["Row", "RolloutBatch", "reward_leaves", "monte_carlo_values", "leaf_counts", "step_progress",
+           "trained_leaves", "rows_from_tree", "batch_from_trees"]
 
 
 def reward_leaves(tree: SearchTree, reward_fn, problem) -> list[int]:
