@@ -152,8 +152,13 @@ def search_curves(policy, scorers: dict, task, config: StudyConfig) -> list[dict
         beam = ScalingConfig(strategies=["beam"], sizes={"beam": config.beam},
                              options={"beam": {"step_delimiter": STEP_DELIMITER, **STEPS}}, **common)
         for row in run_scaling(beam, policy, task.problems, task.reward, scorer=scorer, **voting):
-            rows.append({**row, "strategy": f"beam_{name}"})
+            rows.append(_named(row, f"beam_{name}"))
     return rows
+
+
+def _named(row: dict, curve: str) -> dict:
+    """`row` as a point of the curve `curve`, its per-problem outcomes too (problems.csv names the curve)."""
+    return {**row, "strategy": curve, "outcomes": [{**o, "strategy": curve} for o in row["outcomes"]]}
 
 
 def forcing_curves(policies: dict, task, config: StudyConfig) -> list[dict]:
@@ -169,7 +174,7 @@ def forcing_curves(policies: dict, task, config: StudyConfig) -> list[dict]:
         policy = load_policy(folder, backend=config.backend, seed=config.seed)
         for row in run_scaling(forcing, policy, task.problems, task.reward, extract=task.verifier.extract,
                                equivalent=task.verifier.equivalent):
-            rows.append({**row, "strategy": f"budget_forcing_{name}"})
+            rows.append(_named(row, f"budget_forcing_{name}"))
         policy.close()
     return rows
 

@@ -43,6 +43,9 @@ def test_the_study_runs_every_stage_and_its_prm_loads_back(tmp_path):
     assert set(summary["values"]) == {"random", "confidence", "mc2", "prm", "verifier"}
     assert set(summary["search"]["curves"]) == {"best_of_n", "beam_confidence", "beam_prm", "beam_verifier"}
     assert set(summary["forcing"]["curves"]) == {"budget_forcing_plain", "budget_forcing_self_correction"}
+    from planner.scaling_report import read_results, summarize
+    for stage in ("search", "forcing"):  # problems.csv names each curve, so the folder reads back whole
+        assert summarize(read_results(tmp_path / stage))["curves"] == summary[stage]["curves"]
     for name in ("values/values.csv", "values/sibling_accuracy.png", "search/results.csv",
                  "forcing/accuracy_vs_tokens.png", "prm/prm.json", "verifier/scorer.json"):
         assert (tmp_path / name).is_file(), name
