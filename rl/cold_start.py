@@ -86,9 +86,10 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
                progress: bool = True) -> ColdStartResult:
     """Build a small Llama for the arithmetic task and SFT it on gold traces until it is partly skilled.
 
-    self_correction: the fraction of training traces that are s1-style self-correction traces (a first
-    pass with a slip, "Wait", the correct pass; `verifiers.arithmetic.self_correction_solution`), so
-    that budget forcing's "Wait" means something to the model.
+    self_correction: the fraction of training traces that are s1-style self-correction traces (one to
+    three whole passes, some with a slip, each followed by "Wait", then the correct pass;
+    `verifiers.arithmetic.self_correction_solution`), so that budget forcing's "Wait" means something to
+    the model.
 
     Every `config.eval_every` steps (default `COLD_START_SFT`) the sampled (T=1) pass@1 on a fixed
     held-out set of `eval_problems` problems (`eval_samples` samples each) is measured; training
@@ -100,7 +101,8 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
     from planner.policy.hf import HFPolicy
     from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
     from transformers import AutoModelForCausalLM
-    from verifiers.arithmetic import ARITHMETIC_ALPHABET, SPLITS, arithmetic_task, self_correction_solution
+    from verifiers.arithmetic import (ARITHMETIC_ALPHABET, REDO_PASSES, SPLITS, arithmetic_task,
+                                      self_correction_solution)
     from verifiers.tasks import reward
 
     if not 0.0 <= self_correction <= 1.0:
@@ -116,8 +118,9 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
         held_out = arithmetic_task(eval_problems, difficulty, seed=SPLITS["test"][1] + seed)
         held_out_questions = {p.question for p in held_out}
         train = [p for p in arithmetic_task(num_train, difficulty, seed=seed) if p.question not in held_out_questions]
-        # one token per character, + slack; a self-correcting trace writes up to two passes
-        max_tokens = (2 if self_correction else 1) * max(len(p.meta["solution"]) for p in held_out) + 8
+        # one token per character, + slack; a self-correcting trace writes up to 1 + REDO_PASSES passes
+        passes = 1 + REDO_PASSES if self_correction else 1
+        max_tokens = passes * max(len(p.meta["solution"]) for p in held_out) + 8
         traces = random.Random(seed)  # which traces correct themselves, and how
         pairs = [(p.question, self_correction_solution(p, traces) if traces.random() < self_correction
                   else p.meta["solution"]) for p in train]

@@ -53,10 +53,14 @@ class StudyConfig:
     the critic is graded on. None: the studied policy."""
     backend: str = "vllm"
     """The engine: "vllm" or "hf"."""
-    sft_minutes: float = 4.0
-    """Most minutes of each cold start trained here."""
-    self_correction: float = 0.3
-    """Share of self-correction traces in the second cold start's data."""
+    sft_minutes: float = 8.0
+    """Most minutes of each cold start trained here; each stops earlier, at a sampled pass@1 of 0.3 (about
+    2 minutes plain, 4 with self-correction traces on an idle core), so that the clock does not decide
+    how skilled a cold start is on a busy machine."""
+    self_correction: float = 0.5
+    """Share of self-correction traces in the second cold start's data. At 0.3 some cold-start seeds
+    learned the redo badly (accuracy fell as forced "Wait"s grew); at 0.5 each of four seeds rose over
+    at least four budgets (16 to 96 thinking tokens)."""
     problems: int = 256
     """Held-out problems for the value grading, the search curves and budget forcing."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -74,7 +78,7 @@ class StudyConfig:
     """Best-of-N sizes (majority vote)."""
     beam: list[int] = field(default_factory=lambda: [2, 4, 8])
     """Beam sizes (number of beams) for each guided beam curve."""
-    forcing: list[int] = field(default_factory=lambda: [16, 32, 64, 96])
+    forcing: list[int] = field(default_factory=lambda: [16, 32, 64, 96, 128])
     """Budget forcing's thinking budgets (tokens)."""
     seed: int = 0
     """Seed of the cold starts and the PRM."""

@@ -9,18 +9,32 @@ import pytest
 import torch
 
 from rl.prm import PRMConfig, ProcessRewardModel, StepExample
-from verifiers.arithmetic import (STEP_DELIMITER, THINK_CLOSE, WAIT, check_steps, make_problem,
-                                  self_correction_solution)
+from verifiers.arithmetic import (REDO_PASSES, STEP_DELIMITER, THINK_CLOSE, THINK_OPEN, WAIT, check_steps,
+                                  make_problem, self_correction_solution)
 
 
-def test_a_self_correction_trace_slips_waits_and_redoes_the_steps():
-    problem = make_problem(347, "+", 589)  # steps 7+9=16, 4+8+1=13, 3+5+1=9; answer 936
-    for seed in range(20):
+def test_a_self_correction_trace_redoes_whole_passes_after_wait():
+    problem = make_problem(347, "+", 589)
+    gold = ["7+9=16", "4+8+1=13", "3+5+1=9"]  # the written algorithm by hand; answer 936
+    earlier_counts, slipped_passes, clean_passes = set(), 0, 0
+    for seed in range(60):
         trace = self_correction_solution(problem, random.Random(seed))
-        first, second = trace.split(STEP_DELIMITER + WAIT + STEP_DELIMITER)
-        verdicts = check_steps(problem, first + STEP_DELIMITER)
-        assert verdicts[:-1] == [True] * (len(verdicts) - 1) and verdicts[-1] is False  # one slip, last
-        assert second == "".join(s + STEP_DELIMITER for s in problem.meta["steps"]) + THINK_CLOSE + "936"
+        assert trace.startswith(THINK_OPEN) and trace.endswith(THINK_CLOSE + "936")
+        *earlier, last = trace[len(THINK_OPEN):].split(WAIT + STEP_DELIMITER)
+        assert last == "".join(s + STEP_DELIMITER for s in gold) + THINK_CLOSE + "936"
+        assert 1 <= len(earlier) <= REDO_PASSES
+        earlier_counts.add(len(earlier))
+        for one_pass in earlier:
+            lines = one_pass.split(STEP_DELIMITER)
+            assert lines[-1] == "" and len(lines[:-1]) == len(gold)  # a whole pass, each step ended
+            wrong = [(line, right) for line, right in zip(lines, gold) if line != right]
+            assert len(wrong) <= 1
+            for line, right in wrong:  # the same columns, another result
+                assert line.rsplit("=", 1)[0] == right.rsplit("=", 1)[0] and line != right
+                assert check_steps(problem, THINK_OPEN + one_pass).count(False) == 1
+            slipped_passes += bool(wrong)
+            clean_passes += not wrong
+    assert earlier_counts == {1, 2, 3} and slipped_passes > 10 and clean_passes > 10
 
 
 @pytest.fixture(scope="module")

@@ -127,28 +127,44 @@ def make_problem(a: int, op: str, b: int, id: str | None = None) -> Problem:
 
 
 WAIT = "Wait"
-"""The word that opens a second pass in a self-correction trace (s1's budget-forcing word)."""
+"""The word that opens another pass in a self-correction trace (s1's budget-forcing word)."""
+
+
+REDO_PASSES = 3
+"""Most passes a self-correction trace writes before its last, correct one."""
+SLIP_CHANCE = 0.5
+"""Chance that each of those earlier passes has one slipped step."""
+
+
+def _slipped(step: str, rng: random.Random) -> str:
+    """`step` with its result off by one to nine (never negative)."""
+    lhs, result = step.rsplit("=", 1)
+    return f"{lhs}={int(result) + rng.choice([d for d in range(-9, 10) if d and int(result) + d >= 0])}"
 
 
 def self_correction_solution(problem: Problem, rng: random.Random) -> str:
-    """An s1-style self-correction trace (Muennighoff et al. 2025): a first pass over the column steps
-    in which one step's result is off by one to nine (a slip the checker `check_steps` catches), then
-    "Wait", then the whole correct pass, then the answer:
+    """An s1-style self-correction trace (Muennighoff et al. 2025): one to `REDO_PASSES` whole passes
+    over the column steps, each followed by "Wait", then the correct pass and the answer. Each earlier
+    pass has, with chance `SLIP_CHANCE`, one step whose result is off by one to nine (a slip the checker
+    `check_steps` catches); the other passes are correct:
 
-        <think>7+9=16\n4+8+1=14\nWait\n7+9=16\n4+8+1=13\n3+5+1=9\n</think>936
+        <think>7+9=16\n4+8+1=14\n3+5+1=9\nWait\n7+9=16\n4+8+1=13\n3+5+1=9\n</think>936
 
-    Trained on such traces, a model reads "Wait" as "check the work again", so a budget-forced "Wait"
-    (suppressing the end of thinking) buys a second, repairing pass. The first pass stops at its slip:
-    later steps would depend on it.
+    This is the state budget forcing creates: a "Wait" forced after a *whole* pass, once or several
+    times, and a pass that may be right. Trained on it, a model reads "Wait" as "do the columns again,
+    keep what is right, fix what slipped" and answers from its last pass. (Traces whose first pass stops
+    at its slip, and one "Wait" only, taught "the step before Wait is wrong": a forced "Wait" after a
+    correct pass then broke it, and a second forced "Wait" was never seen; docs/results.md.)
     """
     steps = problem.meta["steps"]
-    wrong = rng.randrange(len(steps))
-    lhs, result = steps[wrong].rsplit("=", 1)
-    slipped = int(result) + rng.choice([d for d in range(-9, 10) if d and int(result) + d >= 0])
-    first_pass = steps[:wrong] + [f"{lhs}={slipped}"]
-    answer = problem.reference
-    return (THINK_OPEN + "".join(x + STEP_DELIMITER for x in first_pass) + WAIT + STEP_DELIMITER
-            + "".join(x + STEP_DELIMITER for x in steps) + THINK_CLOSE + answer)
+    text = THINK_OPEN
+    for _ in range(rng.randint(1, REDO_PASSES)):
+        earlier = list(steps)
+        if rng.random() < SLIP_CHANCE:
+            wrong = rng.randrange(len(steps))
+            earlier[wrong] = _slipped(steps[wrong], rng)
+        text += "".join(x + STEP_DELIMITER for x in earlier) + WAIT + STEP_DELIMITER
+    return text + "".join(x + STEP_DELIMITER for x in steps) + THINK_CLOSE + problem.reference
 
 
 def arithmetic_task(n: int, difficulty: str | Difficulty = "medium", seed: int = 0) -> list[Problem]:
