@@ -134,7 +134,8 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str) -> s
               "", "![accuracy against FLOPs](img/study/search_accuracy_vs_flops.png)", "",
               "### Budget forcing", "",
               "Thinking budgets b (at most b thinking tokens, an end of thinking before b/2 replaced by \"Wait\") on "
-              "the plain cold start and on one trained with self-correction traces "
+              f"the studied policy (\"plain\": {c['policy'] or 'the cold start trained here'}) "
+              "and on a cold start trained with self-correction traces "
               f"({c['self_correction']:.0%} of its data).", "", *_curve_rows(summary["forcing"]), "",
               "![budget forcing](img/study/forcing_accuracy_vs_tokens.png)", ""]
     forcing = {s: _rising(points) for s, points in summary["forcing"]["curves"].items()}
