@@ -73,7 +73,8 @@ class DemoConfig:
     rl_iterations: int = 40
     """Search-train iterations (the demo's run time is in its summary.json, `stage_seconds`). Measured
     from the same cold start (docs/img/demo): 20 iterations gained 7.0 points of pass@1 in 256 s, 40
-    gained 10.5 in 355 s; 40 keeps the whole demo near 10 minutes."""
+    gained 10.5 in 355 s, 80 gained only 11.5 (the gain flattens); 40 keeps the whole demo near 10
+    minutes."""
     rl_prompts: int = 32
     """Problems per iteration."""
     rl_simulations: int = 8
