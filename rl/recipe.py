@@ -79,6 +79,10 @@ class DemoConfig:
     """Problems per iteration."""
     rl_simulations: int = 8
     """MCTS simulations per tree during RL."""
+    rl_candidates: int = 2
+    """Candidate steps sampled per MCTS expansion during RL. More candidates let the verifier find a right
+    step the policy rarely writes, which is what RL learns from; each one costs search time (4: about
+    twice the RL seconds; README, "What the demo shows")."""
     rl_lr: float = 1e-4
     """Policy learning rate during RL. Adam's first steps move every weight by about lr, and the
     policy gradient of a few hundred rows is noisy, so a small lr with several minibatches per
@@ -97,9 +101,12 @@ class DemoConfig:
     """Progress bars."""
 
     def __post_init__(self) -> None:
+        from planner.strategies.common import check_int
         from rl.runtime import check_precision
 
         check_precision("DemoConfig", self.dtype, "cpu")
+        for name in ("rl_iterations", "rl_prompts", "rl_simulations", "rl_candidates", "rl_minibatches"):
+            check_int("DemoConfig", name, getattr(self, name))  # before any stage runs, not minutes into one
 
 
 TINY = DemoConfig(sft_minutes=0.4, sft_target=0.05, eval_problems=8, pass_samples=2, scaling_problems=4, seeds=[0],
@@ -215,8 +222,8 @@ def _run_demo(config: DemoConfig) -> dict:
     policy.close()
     t = lap("scaling_before_rl", t)
 
-    search = MCTSConfig(num_simulations=config.rl_simulations, num_candidates=2, step_delimiter=STEP_DELIMITER,
-                        max_step_tokens=16, max_steps=8, temperature=1.0)
+    search = MCTSConfig(num_simulations=config.rl_simulations, num_candidates=config.rl_candidates,
+                        step_delimiter=STEP_DELIMITER, max_step_tokens=16, max_steps=8, temperature=1.0)
     train_config = TrainConfig(
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
         prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,

@@ -78,3 +78,6 @@ def test_demo_help_and_bad_option():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--no_such_option"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "unrecognized arguments: --no_such_option" in result.stderr
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--rl_candidates", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "DemoConfig.rl_candidates must be an integer >= 1; got 0" in result.stderr
