@@ -164,7 +164,7 @@ def self_correction_solution(problem: Problem, rng: random.Random) -> str:
             wrong = rng.randrange(len(steps))
             earlier[wrong] = _slipped(steps[wrong], rng)
         text += "".join(x + STEP_DELIMITER for x in earlier) + WAIT + STEP_DELIMITER
-    return text + "".join(x + STEP_DELIMITER for x in steps) + THINK_CLOSE + problem.reference
+    return text + problem.meta["solution"].removeprefix(THINK_OPEN)  # the gold pass and the answer
 
 
 def arithmetic_task(n: int, difficulty: str | Difficulty = "medium", seed: int = 0) -> list[Problem]:
