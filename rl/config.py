@@ -196,6 +196,11 @@ class TrainConfig:
     """torch.use_deterministic_algorithms while the trainer runs: bit-exact reruns and resumes on CPU."""
     threads: int = 1
     """Torch threads of the learner and the engine, while the trainer runs (restored afterwards)."""
+    learner_threads: int | None = None
+    """Torch threads of the learner's update alone (None: `threads`). Search and update take turns, so on
+    CPU the update may use the cores the engine leaves idle: on the demo's trees 2 threads made it
+    about 1.6x faster than 1 on 2 idle cores (docs/benchmarks.md, "Learner threads"). Keep it at 1 when
+    other work shares the cores: oversubscribed torch threads can be many times slower."""
     checkpoint_every: int = 5
     """Save a resumable checkpoint every this many iterations (and after the last one)."""
     debug: bool = False
@@ -257,6 +262,9 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
                 _fail("TrainConfig", name, "an integer >= 2 or None", value)
+        if self.learner_threads is not None and (not isinstance(self.learner_threads, int)
+                                                 or isinstance(self.learner_threads, bool) or self.learner_threads < 1):
+            _fail("TrainConfig", "learner_threads", "an integer >= 1 or None", self.learner_threads)
         if self.tis_cap is not None:
             if not self.tis_cap >= 1:
                 _fail("TrainConfig", "tis_cap", "a number >= 1 or None", self.tis_cap)

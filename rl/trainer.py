@@ -29,6 +29,7 @@ from planner.scorers import VerifierOracleScorer
 from planner.scheduler import run_interleaved
 from planner.strategies import STRATEGIES, MCTSConfig
 from planner.strategies.common import complete
+from planner.policy.scoped import torch_threads
 from planner.tree import ROOT
 from rl import checkpoint, distributed
 from rl.advantages import nonzero_variance_groups
@@ -237,7 +238,8 @@ class SearchTrainer:
             self.engine.sleep()  # frees the engine's GPU memory for the learner (a no-op without a shared GPU)
         sleep_seconds = time.perf_counter() - sleep_seconds
         learn_start = time.perf_counter()
-        metrics = self.learner.update(batch, i, greedy)
+        with torch_threads(c.learner_threads):  # the engine is idle now: the update may use its cores
+            metrics = self.learner.update(batch, i, greedy)
         learner_seconds = time.perf_counter() - learn_start
         wake = time.perf_counter()
         if self.engine is not None:

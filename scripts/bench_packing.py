@@ -3,9 +3,10 @@
     .venv/bin/python scripts/bench_packing.py                       # cold start first (~2-4 min)
     .venv/bin/python scripts/bench_packing.py --model runs/demo/sft --no-doc
 
-One batch of trees is grown once with the demo's RL search settings (32 problems, MCTS with 8
-simulations of 2 candidate steps, steps of at most 16 tokens; the first iteration's verifier scorer),
-from the demo's cold-start model. Then the same learner update (the demo's: GRPO, 4 minibatches,
+One batch of trees is grown once with the demo's RL search settings as they were when this was
+measured (32 problems, MCTS with 8 simulations of 2 candidate steps, where the demo now samples 4;
+steps of at most 16 tokens; the first iteration's verifier scorer), from the demo's cold-start
+model. Then the same learner update (the demo's: GRPO, 4 minibatches,
 engine log-probabilities, the value critic trained on the node values) runs on it packed and row by
 row, alternating, `--repeats` times each. Reported: the tokens that go through the learner's
 forward passes (row tokens against packed tokens), and the median CPU seconds of the update, with
@@ -25,40 +26,54 @@ PACK_CAPS = (256, 128, 64)
 """Token caps of the packed layouts compared (`TrainConfig.pack_tokens`)."""
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def grow_demo_trees(tmp: Path, model: str | None, prompts: int, candidates: int):
+    """One batch of the demo's RL trees (`prompts` problems, MCTS with 8 simulations of `candidates` steps)
+    from `model`, or from a fresh cold start in `tmp`; returns the demo's learner config, the trainer (its
+    engine still open) and the trees."""
+    from planner.strategies import MCTSConfig
+    from rl.cold_start import cold_start
+    from rl.config import CriticConfig, TrainConfig
+    from rl.trainer import SearchTrainer
+    from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, load_arithmetic
+
+    model = model or str(cold_start(tmp / "sft", final_eval=False, progress=False).model_dir)
+    task = load_arithmetic(split="test")
+    config = TrainConfig(model=model, output_dir=str(tmp / "rl"), prompts_per_iteration=prompts,
+                         strategy="mcts", mcts=MCTSConfig(num_simulations=8, num_candidates=candidates,
+                                                          step_delimiter=STEP_DELIMITER, max_step_tokens=16,
+                                                          max_steps=8, temperature=1.0),
+                         minibatches=4, old_logprobs="engine", critic=CriticConfig(lr=1e-3), device="cpu", lr=1e-4)
+    problems = arithmetic_task(prompts, "medium", seed=1)
+    trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract)
+    trees, _ = trainer.grow_trees(problems, seed=0)
+    return config, trainer, trees
+
+
+def tree_batch_arguments(description: str, repeats_per: str) -> argparse.ArgumentParser:
+    """The options of a benchmark that times learner updates on one batch of the demo's trees."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="the demo's cold-start folder (default: run rl.cold_start first)")
     parser.add_argument("--prompts", type=int, default=32, help="trees in the batch (the demo's rl_prompts)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed updates per layout")
+    parser.add_argument("--repeats", type=int, default=5, help=f"timed updates per {repeats_per}")
     parser.add_argument("--no-doc", action="store_true", help="print only; do not write docs/benchmarks.md")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = tree_batch_arguments(__doc__, "layout").parse_args()
 
     from tqdm import tqdm
 
     from planner.logs import configure_logging
-    from planner.strategies import MCTSConfig
     from rl.batch import batch_from_trees
-    from rl.cold_start import cold_start
-    from rl.config import CriticConfig, TrainConfig
+    from rl.config import TrainConfig
     from rl.learner import Learner
     from rl.runtime import torch_settings
-    from rl.trainer import SearchTrainer
-    from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, load_arithmetic
 
     configure_logging(False)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-packing-") as tmp, torch_settings(threads=1):
-        model = args.model or str(cold_start(Path(tmp) / "sft", final_eval=False, progress=False).model_dir)
-        task = load_arithmetic(split="test")
-        config = TrainConfig(model=model, output_dir=str(Path(tmp) / "rl"), prompts_per_iteration=args.prompts,
-                             strategy="mcts", mcts=MCTSConfig(num_simulations=8, num_candidates=2,
-                                                              step_delimiter=STEP_DELIMITER, max_step_tokens=16,
-                                                              max_steps=8, temperature=1.0),
-                             minibatches=4, old_logprobs="engine", critic=CriticConfig(lr=1e-3), device="cpu",
-                             lr=1e-4)
-        problems = arithmetic_task(args.prompts, "medium", seed=1)
-        trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract)
-        trees, _ = trainer.grow_trees(problems, seed=0)
+        config, trainer, trees = grow_demo_trees(Path(tmp), args.model, args.prompts, candidates=2)
         caps = {"rows": None, "one pack per tree": None, **{f"packs of <= {n} tokens": n for n in PACK_CAPS}}
         batches = {name: batch_from_trees(trees, trainer.pad_id, pack_tokens=cap) for name, cap in caps.items()}
         learners = {name: Learner(TrainConfig(**{**vars(config), "packing": name != "rows"})) for name in caps}

@@ -119,3 +119,18 @@ def test_torch_settings_are_restored_after_training(model_dir, tmp_path):
     assert torch.get_num_threads() == threads
     assert not torch.are_deterministic_algorithms_enabled()
     assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_learner_threads_apply_to_the_update_only(model_dir, tmp_path):
+    """The update runs on `learner_threads` torch threads, the search on `threads`; both restored after."""
+    threads = torch.get_num_threads()
+    trainer = make(model_dir, tmp_path, threads=1, learner_threads=2)
+    seen = {}
+    update, grow = trainer.learner.update, trainer.grow_trees
+    trainer.learner.update = lambda *a, **k: (seen.setdefault("update", torch.get_num_threads()), update(*a, **k))[1]
+    trainer.grow_trees = lambda *a, **k: (seen.setdefault("search", torch.get_num_threads()), grow(*a, **k))[1]
+    trainer.step()
+    assert seen == {"update": 2, "search": 1}
+    assert torch.get_num_threads() == threads
+    with pytest.raises(ValueError, match=r"TrainConfig.learner_threads must be an integer >= 1 or None; got 0"):
+        make(model_dir, tmp_path / "bad", learner_threads=0)
