@@ -199,7 +199,7 @@ class TrainConfig:
     learner_threads: int | None = None
     """Torch threads of the learner's update alone (None: `threads`). Search and update take turns, so on
     CPU the update may use the cores the engine leaves idle: on the demo's trees 2 threads made it
-    about 1.6x faster than 1 on 2 idle cores (docs/benchmarks.md, "Learner threads"). Keep it at 1 when
+    1.73x faster than 1 on 2 idle cores (docs/benchmarks.md, "Learner threads"). Keep it at 1 when
     other work shares the cores: oversubscribed torch threads can be many times slower."""
     checkpoint_every: int = 5
     """Save a resumable checkpoint every this many iterations (and after the last one)."""

@@ -72,18 +72,17 @@ class DemoConfig:
     """Sampled pass@1 on the held-out problems at which the verifier's training stops."""
     rl_iterations: int = 40
     """Search-train iterations (the demo's run time is in its summary.json, `stage_seconds`). Measured
-    from the same cold start (docs/img/demo): 20 iterations gained 7.0 points of pass@1 in 256 s, 40
-    gained 10.5 in 355 s, 80 gained only 11.5 (the gain flattens); 40 keeps the whole demo near 10
-    minutes."""
+    from the same cold start with 2 candidates per expansion (docs/img/demo/candidates_2): 20 iterations
+    gained 7.0 points of pass@1 in 256 s, 40 gained 10.5 in 355 s, 80 gained only 11.5 (the gain
+    flattens); with 4 candidates 40 keep the whole demo under 15 minutes (789 s, README)."""
     rl_prompts: int = 32
     """Problems per iteration."""
     rl_simulations: int = 8
     """MCTS simulations per tree during RL."""
-    rl_candidates: int = 2
+    rl_candidates: int = 4
     """Candidate steps sampled per MCTS expansion during RL. More candidates let the verifier find a right
-    step the policy rarely writes, which is what RL learns from; each one costs search time. 4 raised the
-    gain on each of three seeds, mean +17.6 points against 2's +14.2; RL took 517-650 s of demos of
-    716-862 s on a shared machine, against 2's 355 s of 619 s (README, "What the demo shows")."""
+    step the policy rarely writes, which is what RL learns from; each one costs search time and learner
+    time (more leaves). 4 raised the gain on each of three seeds over 2 (README, "What the demo shows")."""
     rl_lr: float = 1e-4
     """Policy learning rate during RL. Adam's first steps move every weight by about lr, and the
     policy gradient of a few hundred rows is noisy, so a small lr with several minibatches per
@@ -92,6 +91,11 @@ class DemoConfig:
     """Policy and critic updates per iteration (whole trees per minibatch; divides rl_prompts)."""
     rl_estimator: str = "grpo"
     """Advantage estimator during RL (rl.ADVANTAGE_ESTIMATORS)."""
+    learner_threads: int = 2
+    """Torch threads of RL's learner update (`TrainConfig.learner_threads`; every other stage, the engine
+    included, runs on one). The update runs while the engine waits, so 2 use both cores of a 2-core
+    machine: 1.73x faster updates (docs/benchmarks.md, "Learner threads"). Set 1 when other work
+    shares the cores."""
     dtype: str = "float32"
     """Precision of the cold start's and RL's learner: "float32", or "bfloat16" (autocast with float32
     master weights, rl/runtime.py). With bfloat16 the RL ratio uses the learner's own old
@@ -106,13 +110,14 @@ class DemoConfig:
         from rl.runtime import check_precision
 
         check_precision("DemoConfig", self.dtype, "cpu")
-        for name in ("rl_iterations", "rl_prompts", "rl_simulations", "rl_candidates", "rl_minibatches"):
+        for name in ("rl_iterations", "rl_prompts", "rl_simulations", "rl_candidates", "rl_minibatches",
+                     "learner_threads"):
             check_int("DemoConfig", name, getattr(self, name))  # before any stage runs, not minutes into one
 
 
 TINY = DemoConfig(sft_minutes=0.4, sft_target=0.05, eval_problems=8, pass_samples=2, scaling_problems=4, seeds=[0],
                   best_of_n=[1, 2], beam=[2], mcts=[2], forcing=[16], verifier_minutes=0.05, rl_iterations=2,
-                  rl_prompts=2, rl_simulations=2, rl_minibatches=2, value_problems=4, progress=False)
+                  rl_prompts=2, rl_simulations=2, rl_candidates=2, rl_minibatches=2, value_problems=4, progress=False)
 """The smoke-test size: every stage and artifact, in well under two minutes."""
 
 
@@ -166,7 +171,8 @@ def _compute_to_bon_best(rows: list[dict]) -> dict:
 
 
 def run_demo(config: DemoConfig = DemoConfig()) -> dict:
-    """Run every stage on one torch thread; returns the summary written to `<output_dir>/summary.json`."""
+    """Run every stage on one torch thread (RL's learner update on `config.learner_threads`); returns the
+    summary written to `<output_dir>/summary.json`."""
     from rl.runtime import torch_settings
 
     with torch_settings(threads=1):
@@ -229,6 +235,7 @@ def _run_demo(config: DemoConfig) -> dict:
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
         prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
         lr=config.rl_lr, minibatches=config.rl_minibatches, seed=config.seed, critic=CriticConfig(lr=1e-3),
+        learner_threads=config.learner_threads,
         scorer=str(verifier.model_dir),
         dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
     trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract)
