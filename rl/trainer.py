@@ -24,12 +24,12 @@ import numpy as np
 import torch
 
 from planner.policy import EnginePool, SamplingParams, load_policy
+from planner.policy.scoped import torch_threads
 from planner.prm_scorers import load_scorer
 from planner.scorers import VerifierOracleScorer
 from planner.scheduler import run_interleaved
 from planner.strategies import STRATEGIES, MCTSConfig
 from planner.strategies.common import complete
-from planner.policy.scoped import torch_threads
 from planner.tree import ROOT
 from rl import checkpoint, distributed
 from rl.advantages import nonzero_variance_groups

@@ -52,7 +52,8 @@ def main() -> None:
     median = {n: statistics.median(s) for n, s in seconds.items()}
     from benchdoc import machine_line, update_section
     body = "\n".join([
-        f"Command: `.venv/bin/python scripts/bench_learner_threads.py` ({(time.perf_counter() - began) / 60:.1f} min).",
+        f"Command: `.venv/bin/python scripts/bench_learner_threads.py{' --model ' + args.model if args.model else ''}` "
+        f"({(time.perf_counter() - began) / 60:.1f} min).",
         "", machine_line(), "",
         f"The demo's RL trees: {args.prompts} arithmetic problems, MCTS with 8 simulations of 4 candidate steps from "
         f"the demo's cold-start model ({len(batch)} root-to-leaf rows, packed). The demo's learner update (GRPO, 4 "

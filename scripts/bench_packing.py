@@ -6,11 +6,10 @@
 One batch of trees is grown once with the demo's RL search settings as they were when this was
 measured (32 problems, MCTS with 8 simulations of 2 candidate steps, where the demo now samples 4;
 steps of at most 16 tokens; the first iteration's verifier scorer), from the demo's cold-start
-model. Then the same learner update (the demo's: GRPO, 4 minibatches,
-engine log-probabilities, the value critic trained on the node values) runs on it packed and row by
-row, alternating, `--repeats` times each. Reported: the tokens that go through the learner's
-forward passes (row tokens against packed tokens), and the median CPU seconds of the update, with
-their ratios. One torch thread.
+model. Then the same learner update (the demo's: GRPO, 4 minibatches, engine log-probabilities, the
+value critic trained on the node values) runs on it packed and row by row, alternating, `--repeats`
+times each. Reported: the tokens that go through the learner's forward passes (row tokens against
+packed tokens), and the median CPU seconds of the update, with their ratios. One torch thread.
 """
 
 from __future__ import annotations
