@@ -122,15 +122,29 @@ def test_torch_settings_are_restored_after_training(model_dir, tmp_path):
 
 
 def test_learner_threads_apply_to_the_update_only(model_dir, tmp_path):
-    """The update runs on `learner_threads` torch threads, the search on `threads`; both restored after."""
-    threads = torch.get_num_threads()
-    trainer = make(model_dir, tmp_path, threads=1, learner_threads=2)
-    seen = {}
-    update, grow = trainer.learner.update, trainer.grow_trees
-    trainer.learner.update = lambda *a, **k: (seen.setdefault("update", torch.get_num_threads()), update(*a, **k))[1]
-    trainer.grow_trees = lambda *a, **k: (seen.setdefault("search", torch.get_num_threads()), grow(*a, **k))[1]
-    trainer.step()
-    assert seen == {"update": 2, "search": 1}
-    assert torch.get_num_threads() == threads
+    """The update runs on `learner_threads` torch threads, the search on `threads`; both restored after.
+    In a fresh process: an engine earlier in a test session can pin OpenMP so that 2 threads read back as 1."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    program = f"""
+import json, sys, torch
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_trainer_options import make
+threads = torch.get_num_threads()
+trainer = make({str(model_dir)!r}, {str(tmp_path)!r}, threads=1, learner_threads=2)
+seen = {{}}
+update, grow = trainer.learner.update, trainer.grow_trees
+trainer.learner.update = lambda *a, **k: (seen.setdefault("update", torch.get_num_threads()), update(*a, **k))[1]
+trainer.grow_trees = lambda *a, **k: (seen.setdefault("search", torch.get_num_threads()), grow(*a, **k))[1]
+trainer.step()
+seen["after"] = torch.get_num_threads() == threads
+print(json.dumps(seen))
+"""
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"update": 2, "search": 1, "after": True}
     with pytest.raises(ValueError, match=r"TrainConfig.learner_threads must be an integer >= 1 or None; got 0"):
         make(model_dir, tmp_path / "bad", learner_threads=0)
