@@ -83,6 +83,10 @@ class DemoConfig:
     """Candidate steps sampled per MCTS expansion during RL. More candidates let the verifier find a right
     step the policy rarely writes, which is what RL learns from; each one costs search time and learner
     time (more leaves). 4 raised the gain on each of three seeds over 2 (README, "What the demo shows")."""
+    rl_temperature: float = 1.6
+    """Sampling temperature of the candidate steps and leaf completions during RL (pass@1 is always
+    measured at temperature 1). Above 1 the search proposes the digits the policy rarely writes more
+    often, and the verifier keeps the right ones: exploration for RL, at no extra compute."""
     rl_lr: float = 1e-4
     """Policy learning rate during RL. Adam's first steps move every weight by about lr, and the
     policy gradient of a few hundred rows is noisy, so a small lr with several minibatches per
@@ -92,10 +96,10 @@ class DemoConfig:
     rl_estimator: str = "grpo"
     """Advantage estimator during RL (rl.ADVANTAGE_ESTIMATORS)."""
     learner_threads: int = 2
-    """Torch threads of RL's learner update (`TrainConfig.learner_threads`; every other stage, the engine
-    included, runs on one). The update runs while the engine waits, so 2 use both cores of a 2-core
-    machine: 1.73x faster updates (docs/benchmarks.md, "Learner threads"). Set 1 when other work
-    shares the cores."""
+    """Torch threads of the training that runs while no engine computes: the cold start's SFT (before
+    any engine starts) and RL's learner update (`TrainConfig.learner_threads`; the engine waits). Every
+    other stage, the engine included, runs on one. 2 use both cores of a 2-core machine: 1.73x faster
+    updates (docs/benchmarks.md, "Learner threads"). Set 1 when other work shares the cores."""
     dtype: str = "float32"
     """Precision of the cold start's and RL's learner: "float32", or "bfloat16" (autocast with float32
     master weights, rl/runtime.py). With bfloat16 the RL ratio uses the learner's own old
@@ -106,13 +110,14 @@ class DemoConfig:
     """Progress bars."""
 
     def __post_init__(self) -> None:
-        from planner.strategies.common import check_int
+        from planner.strategies.common import check_int, check_number
         from rl.runtime import check_precision
 
         check_precision("DemoConfig", self.dtype, "cpu")
         for name in ("rl_iterations", "rl_prompts", "rl_simulations", "rl_candidates", "rl_minibatches",
                      "learner_threads"):
             check_int("DemoConfig", name, getattr(self, name))  # before any stage runs, not minutes into one
+        check_number("DemoConfig", "rl_temperature", self.rl_temperature, 0.01)
 
 
 TINY = DemoConfig(sft_minutes=0.4, sft_target=0.05, eval_problems=8, pass_samples=2, scaling_problems=4, seeds=[0],
@@ -171,8 +176,8 @@ def _compute_to_bon_best(rows: list[dict]) -> dict:
 
 
 def run_demo(config: DemoConfig = DemoConfig()) -> dict:
-    """Run every stage on one torch thread (RL's learner update on `config.learner_threads`); returns the
-    summary written to `<output_dir>/summary.json`."""
+    """Run every stage on one torch thread (the cold start and RL's learner update on
+    `config.learner_threads`); returns the summary written to `<output_dir>/summary.json`."""
     from rl.runtime import torch_settings
 
     with torch_settings(threads=1):
@@ -208,10 +213,11 @@ def _run_demo(config: DemoConfig) -> dict:
     t = time.perf_counter()
     sft = cold_start(out / "sft", difficulty=config.difficulty, target_pass_range=(config.sft_target, 0.6),
                      max_minutes=config.sft_minutes, seed=config.seed, final_eval=False, progress=config.progress,
-                     config=replace(COLD_START_SFT, dtype=config.dtype))
+                     config=replace(COLD_START_SFT, dtype=config.dtype, threads=config.learner_threads))
     t = lap("cold_start", t)
 
-    policy = load_policy(sft.model_dir, backend=backend, seed=config.seed)
+    # one engine for the curves and RL (TrainConfig's: one thread), so RL does not start another
+    policy = load_policy(sft.model_dir, backend=backend, seed=config.seed, threads=1)
     max_tokens = 64
 
     def pass_at_1(engine) -> dict:
@@ -226,11 +232,11 @@ def _run_demo(config: DemoConfig) -> dict:
 
     before = pass_at_1(policy)
     rows_before = _scaling(policy, scaling_set, task, config, value, "before_rl", out)
-    policy.close()
     t = lap("scaling_before_rl", t)
 
     search = MCTSConfig(num_simulations=config.rl_simulations, num_candidates=config.rl_candidates,
-                        step_delimiter=STEP_DELIMITER, max_step_tokens=16, max_steps=8, temperature=1.0)
+                        step_delimiter=STEP_DELIMITER, max_step_tokens=16, max_steps=8,
+                        temperature=config.rl_temperature)
     train_config = TrainConfig(
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
         prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
@@ -238,7 +244,7 @@ def _run_demo(config: DemoConfig) -> dict:
         learner_threads=config.learner_threads,
         scorer=str(verifier.model_dir),
         dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
-    trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract)
+    trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract, engine=policy)
     history = trainer.run(progress=config.progress)
     t = lap("rl", t)
 

@@ -81,3 +81,6 @@ def test_demo_help_and_bad_option():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--rl_candidates", "0"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "DemoConfig.rl_candidates must be an integer >= 1; got 0" in result.stderr
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--rl_temperature", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "DemoConfig.rl_temperature must be a number in [0.01, inf]; got 0.0" in result.stderr
