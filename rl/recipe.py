@@ -74,7 +74,8 @@ class DemoConfig:
     """Search-train iterations (the demo's run time is in its summary.json, `stage_seconds`). Measured
     from the same cold start with 2 candidates per expansion (docs/img/demo/candidates_2): 20 iterations
     gained 7.0 points of pass@1 in 256 s, 40 gained 10.5 in 355 s, 80 gained only 11.5 (the gain
-    flattens); with 4 candidates 40 keep the whole demo under 15 minutes (789 s, README)."""
+    flattens); with 4 candidates the whole demo took 742-792 s on 2026-12-06's machine and 920-960 s on
+    the slower one of 2026-12-07 (README)."""
     rl_prompts: int = 32
     """Problems per iteration."""
     rl_simulations: int = 8
@@ -216,8 +217,7 @@ def _run_demo(config: DemoConfig) -> dict:
                      config=replace(COLD_START_SFT, dtype=config.dtype, threads=config.learner_threads))
     t = lap("cold_start", t)
 
-    # one engine for the curves and RL (TrainConfig's: one thread), so RL does not start another
-    policy = load_policy(sft.model_dir, backend=backend, seed=config.seed, threads=1)
+    policy = load_policy(sft.model_dir, backend=backend, seed=config.seed)
     max_tokens = 64
 
     def pass_at_1(engine) -> dict:
@@ -232,6 +232,7 @@ def _run_demo(config: DemoConfig) -> dict:
 
     before = pass_at_1(policy)
     rows_before = _scaling(policy, scaling_set, task, config, value, "before_rl", out)
+    policy.close()
     t = lap("scaling_before_rl", t)
 
     search = MCTSConfig(num_simulations=config.rl_simulations, num_candidates=config.rl_candidates,
@@ -244,7 +245,7 @@ def _run_demo(config: DemoConfig) -> dict:
         learner_threads=config.learner_threads,
         scorer=str(verifier.model_dir),
         dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
-    trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract, engine=policy)
+    trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract)
     history = trainer.run(progress=config.progress)
     t = lap("rl", t)
 
