@@ -19,6 +19,7 @@ from rl.config import CriticConfig, TrainConfig
 from rl.forward import token_logprobs
 from rl.learner import Learner
 from rl.mismatch import mismatch_metrics, tis_weights
+from rl.runtime import cpu_supports_bfloat16
 from rl.trainer import SearchTrainer
 
 from test_trainer import PROBLEMS, digit_fraction  # noqa: E402  (tests/ is on sys.path under pytest)
@@ -111,7 +112,12 @@ def test_chunked_logprobs_equal_the_dense_ones(model_dir, batch):
 def test_bfloat16_update_is_finite_moves_the_weights_and_is_close_to_float32(model_dir, tmp_path, batch):
     """bfloat16 autocast rounds every matmul input to 8 mantissa bits (relative error 2^-9 per value);
     through a 2-layer model the gradient's direction stays within a few percent of float32's. The
-    bounds below (cosine >= 0.99, relative L2 error <= 10%) leave room for any CPU's bf16 kernels."""
+    bounds below (cosine >= 0.99, relative L2 error <= 10%) leave room for any CPU's bf16 kernels. A CPU
+    without bf16 instructions must refuse bfloat16 with one clear error instead."""
+    if not cpu_supports_bfloat16():
+        with pytest.raises(ValueError, match=r"TrainConfig.dtype='bfloat16' on the CPU needs bf16 instructions"):
+            Learner(settings(model_dir, tmp_path, dtype="bfloat16"))
+        return
     fp32 = first_gradients(settings(model_dir, tmp_path), batch)["policy"]
     learner = Learner(settings(model_dir, tmp_path, dtype="bfloat16"))
     before = torch.cat([p.detach().flatten().clone() for p in learner.policy.parameters()])

@@ -11,6 +11,7 @@ import torch
 from planner.policy import SamplingParams, load_policy
 from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
 from rl.cold_start import COLD_START_SFT, cold_start, pass_rates
+from rl.runtime import cpu_supports_bfloat16
 from rl.sft import SFTConfig, collate, encode_pair, load_pairs, lr_factor, response_nll, train_sft
 from verifiers.arithmetic import ARITHMETIC_ALPHABET, arithmetic_task
 from verifiers.tasks import reward
@@ -151,7 +152,8 @@ def test_cold_start_smoke(tmp_path):
 def test_gradient_checkpointing_and_bfloat16(arithmetic_model_dir):
     """Checkpointing recomputes the same float32 arithmetic: the first step's loss is identical and the
     next ones agree to 1e-4 (float32 summation order only, amplified by two AdamW steps at lr 1e-3,
-    far below the loss scale of ~3). bfloat16 autocast: finite losses that fall, float32 weights kept."""
+    far below the loss scale of ~3). bfloat16 autocast: finite losses that fall, float32 weights kept (on a
+    CPU with bf16 instructions; elsewhere one clear error)."""
     from transformers import AutoModelForCausalLM
 
     config = SFTConfig(lr=1e-3, batch_size=8, max_steps=3, warmup_steps=0, progress=False)
@@ -159,11 +161,16 @@ def test_gradient_checkpointing_and_bfloat16(arithmetic_model_dir):
     checkpointed = train_sft(arithmetic_model_dir, _pairs(24), replace(config, gradient_checkpointing=True)).losses
     assert checkpointed[0] == pytest.approx(plain[0], abs=1e-6)
     assert checkpointed == pytest.approx(plain, abs=1e-4)
-    result = train_sft(arithmetic_model_dir, _pairs(200), replace(config, dtype="bfloat16", max_steps=20, lr=3e-3))
-    assert all(torch.isfinite(torch.tensor(result.losses)))
-    assert sum(result.losses[-5:]) < sum(result.losses[:5])
-    assert all(p.dtype == torch.float32 for p in result.model.parameters())
-    before = AutoModelForCausalLM.from_pretrained(arithmetic_model_dir).state_dict()
-    assert any(not torch.equal(v, before[k]) for k, v in result.model.state_dict().items())
+    if cpu_supports_bfloat16():
+        bfloat16 = replace(config, dtype="bfloat16", max_steps=20, lr=3e-3)
+        result = train_sft(arithmetic_model_dir, _pairs(200), bfloat16)
+        assert all(torch.isfinite(torch.tensor(result.losses)))
+        assert sum(result.losses[-5:]) < sum(result.losses[:5])
+        assert all(p.dtype == torch.float32 for p in result.model.parameters())
+        before = AutoModelForCausalLM.from_pretrained(arithmetic_model_dir).state_dict()
+        assert any(not torch.equal(v, before[k]) for k, v in result.model.state_dict().items())
+    else:  # a CPU without bf16 instructions refuses with one clear error
+        with pytest.raises(ValueError, match=r"SFTConfig.dtype='bfloat16' on the CPU needs bf16 instructions"):
+            replace(config, dtype="bfloat16")
     with pytest.raises(ValueError, match=r"SFTConfig.dtype must be one of \['float32', 'bfloat16'\]"):
         SFTConfig(dtype="float16")
