@@ -162,8 +162,7 @@ def test_gradient_checkpointing_and_bfloat16(arithmetic_model_dir):
     assert checkpointed[0] == pytest.approx(plain[0], abs=1e-6)
     assert checkpointed == pytest.approx(plain, abs=1e-4)
     if cpu_supports_bfloat16():
-        bfloat16 = replace(config, dtype="bfloat16", max_steps=20, lr=3e-3)
-        result = train_sft(arithmetic_model_dir, _pairs(200), bfloat16)
+        result = train_sft(arithmetic_model_dir, _pairs(200), replace(config, dtype="bfloat16", max_steps=20, lr=3e-3))
         assert all(torch.isfinite(torch.tensor(result.losses)))
         assert sum(result.losses[-5:]) < sum(result.losses[:5])
         assert all(p.dtype == torch.float32 for p in result.model.parameters())
