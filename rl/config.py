@@ -29,10 +29,15 @@ def _fail(owner: str, name: str, allowed: str, got) -> None:
 
 @dataclass
 class CriticConfig:
-    """The value critic: a scalar head on a copy of the policy trunk (rl/critic.py)."""
+    """The value critic: a scalar head on a copy of the policy's trunk, or of another model's (rl/critic.py)."""
 
     enabled: bool = True
     """Train a critic. Needed by the "gae" estimator and by `use_as_scorer`."""
+    model: str = ""
+    """Folder of the model whose trunk the critic copies; "" copies the policy's. It must read the policy's
+    token ids (the same vocabulary). A smaller trunk makes every critic pass cheaper: on the demo's trees
+    a critic on the trunk of its 35k-parameter verifier made the learner update 0.48x as long as one on the
+    1.06M-parameter policy's (docs/benchmarks.md, "Critic trunk"; `DemoConfig.rl_critic`)."""
     target: Literal["tree", "gae"] = "tree"
     """Regression target: "tree" = Monte-Carlo node values of the search trees (mean leaf reward
     below each node; AlphaZero/TS-LLM-style value learning), "gae" = GAE returns (PPO; needs

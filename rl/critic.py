@@ -8,7 +8,8 @@ search reads it at the end of a prefix through the scorer contract it inherits f
 Monte-Carlo node values of search trees (as AlphaZero's value head and TS-LLM's critic are), the
 same object then guides the next search: that is the loop this project exists for.
 
-The trunk starts as a copy of the policy's (a separate model, as in TRL's PPO and OpenRLHF); the head
+The trunk starts as a copy of the policy's (a separate model, as in TRL's PPO and OpenRLHF), or of any
+model that reads the policy's token ids (`check_same_vocabulary`), such as a smaller one; the head
 starts at zero weight and `init_value` bias, so the untrained critic says "unknown" (0.5) everywhere.
 """
 
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 
 from planner.scorers import ModelScorer
 
-__all__ = ["ValueCritic"]
+__all__ = ["ValueCritic", "check_same_vocabulary"]
 
 
 @contextlib.contextmanager
@@ -40,6 +41,27 @@ def _quiet(logger_name: str):
         logger.setLevel(level)
 
 
+def check_same_vocabulary(policy_folder: str | os.PathLike, trunk_folder: str | os.PathLike) -> None:
+    """A critic reads the policy's token ids, so a trunk from another folder must share the policy's
+    tokenizer vocabulary (token to id, entry for entry); raises one ValueError naming the fix otherwise."""
+    from transformers import AutoTokenizer
+
+    vocabularies = []
+    for folder in (policy_folder, trunk_folder):
+        try:
+            vocabularies.append(AutoTokenizer.from_pretrained(folder).get_vocab())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"no tokenizer in {str(folder)!r} to check the critic's vocabulary against the "
+                             f"policy's ({error})") from error
+    policy, trunk = vocabularies
+    if policy != trunk:
+        differ = len(set(policy.items()) ^ set(trunk.items()))
+        raise ValueError(f"the critic's trunk {str(trunk_folder)!r} has another vocabulary than the policy "
+                         f"{str(policy_folder)!r} ({len(trunk)} and {len(policy)} entries, {differ} token-id pairs "
+                         f"not shared): the critic reads the policy's token ids, so pick a trunk with the policy's "
+                         f"tokenizer, or leave CriticConfig.model empty to copy the policy's trunk")
+
+
 class ValueCritic(ModelScorer):
     """A token-level value model. `score(prefixes)` in [0, 1]; `token_values(...)` with gradients."""
 
@@ -49,7 +71,8 @@ class ValueCritic(ModelScorer):
     @classmethod
     def from_policy(cls, policy_folder: str | os.PathLike, *, init_value: float = 0.5, dtype: str = "float32",
                     device: str | None = None) -> "ValueCritic":
-        """A new critic whose trunk is a copy of the policy's (loaded from its folder)."""
+        """A new critic whose trunk is a copy of the model in `policy_folder` (the policy's, or any model
+        with its vocabulary: `check_same_vocabulary`)."""
         from transformers import AutoConfig, AutoModelForTokenClassification
 
         if not (Path(policy_folder) / "config.json").is_file():

@@ -35,7 +35,7 @@ import torch
 
 from rl.batch import RolloutBatch
 from rl.config import TrainConfig
-from rl.critic import ValueCritic
+from rl.critic import ValueCritic, check_same_vocabulary
 from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from rl import distributed
 from rl.forward import PolicyForward, ValueForward, rows_from_packed
@@ -91,7 +91,9 @@ class Learner:
             self.reference_forward = PolicyForward(self.reference, config.logprob_chunk)
         self.critic = self.critic_optimizer = self.critic_forward = None
         if config.critic.enabled:
-            self.critic = ValueCritic.from_policy(config.model, device=str(self.device))
+            if config.critic.model:
+                check_same_vocabulary(config.model, config.critic.model)
+            self.critic = ValueCritic.from_policy(config.critic.model or config.model, device=str(self.device))
             self._prepare(self.critic.model)
             self.critic.model.eval()
             self.critic_forward = distributed.wrap(ValueForward(self.critic), config.data_parallel,
@@ -99,6 +101,8 @@ class Learner:
             self.critic_optimizer = torch.optim.AdamW(self.critic.model.parameters(), lr=config.critic.lr)
         self.pad_id = self.policy.config.pad_token_id if self.policy.config.pad_token_id is not None else 0
         unsupported = packing_support(self.policy) if config.packing else "packing is off"
+        if unsupported is None and self.critic is not None:  # a trunk of another kind (CriticConfig.model)
+            unsupported = packing_support(self.critic.model)
         self.packed = unsupported is None
         if config.packing and unsupported:
             log.warning("tree packing is not supported for this model (%s): the learner runs row by row", unsupported)

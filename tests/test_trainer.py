@@ -85,6 +85,26 @@ def test_mcts_trees_train_the_critic_and_its_error_on_new_nodes_falls(rl_model_d
     assert trainer._scorer(PROBLEMS[0]) is trainer.learner.critic
 
 
+def test_a_critic_on_a_smaller_models_trunk_learns_and_another_vocabulary_is_refused(rl_model_dir, tmp_path):
+    """`CriticConfig.model`: the critic copies the trunk of a smaller model that shares the policy's vocabulary
+    and learns the trees' values as the policy-trunk critic does; a trunk with another vocabulary would read
+    the policy's token ids as other tokens, so it is one clear error before any search."""
+    from planner.policy.local_models import build_tiny_llama
+
+    small = build_tiny_llama(tmp_path / "small", hidden_size=16, num_layers=1, seed=2)
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path / "run", strategy="mcts", estimator="tree", iterations=5,
+                                   lr=1e-3, critic=CriticConfig(lr=3e-3, model=str(small))), PROBLEMS, digit_fraction)
+    trunk = trainer.learner.critic.model.config
+    assert (trunk.hidden_size, trunk.num_hidden_layers) == (16, 1)  # the policy's is (64, 2)
+    history = trainer.run(progress=False)
+    errors = [m["critic_heldout_mse"] for m in history]
+    assert sum(errors[1:]) / 4 < 0.6 * errors[0], errors
+    other = build_tiny_llama(tmp_path / "other", alphabet="abc xyz", hidden_size=16, num_layers=1)
+    with pytest.raises(ValueError, match="has another vocabulary than the policy .* leave CriticConfig.model empty"):
+        SearchTrainer(config(rl_model_dir, tmp_path / "bad", critic=CriticConfig(model=str(other))), PROBLEMS,
+                      digit_fraction)
+
+
 def test_a_scorer_folder_values_every_iterations_search(rl_model_dir, tmp_path):
     """`TrainConfig.scorer`: a folder that loads as a scorer (here the policy's own weights noted as a
     generative verifier) guides the search from the first iteration on, and its FLOPs are logged."""
