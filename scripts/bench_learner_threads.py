@@ -22,15 +22,29 @@ from pathlib import Path
 THREADS = (1, 2)
 
 
+def median_update_seconds(learners: dict, batch, repeats: int) -> dict:
+    """{name: median wall seconds of an update on `batch`} for `learners` ({name: (learner, torch threads)}),
+    alternating between them `repeats` times, so that drift of the machine reaches each alike."""
+    from tqdm import tqdm
+
+    from planner.policy.scoped import torch_threads
+
+    seconds = {name: [] for name in learners}
+    for r in tqdm(range(repeats), desc="updates"):
+        for name, (learner, threads) in learners.items():
+            with torch_threads(threads):
+                start = time.perf_counter()
+                learner.update(batch, iteration=r)
+                seconds[name].append(time.perf_counter() - start)
+    return {name: statistics.median(s) for name, s in seconds.items()}
+
+
 def main() -> None:
     from bench_packing import grow_demo_trees, tree_batch_arguments
 
     args = tree_batch_arguments(__doc__, "thread count").parse_args()
 
-    from tqdm import tqdm
-
     from planner.logs import configure_logging
-    from planner.policy.scoped import torch_threads
     from rl.batch import batch_from_trees
     from rl.learner import Learner
     from rl.runtime import torch_settings
@@ -41,15 +55,8 @@ def main() -> None:
         config, trainer, trees = grow_demo_trees(Path(tmp), args.model, args.prompts, candidates=4)
         trainer.engine.close()  # the engine's process would otherwise share the cores being measured
         batch = batch_from_trees(trees, trainer.pad_id, pack_tokens=config.pack_tokens)
-        learners = {n: Learner(config) for n in THREADS}  # same seed: the same starting weights
-        seconds = {n: [] for n in THREADS}
-        for r in tqdm(range(args.repeats), desc="updates"):
-            for n, learner in learners.items():
-                with torch_threads(n):
-                    start = time.perf_counter()
-                    learner.update(batch, iteration=r)
-                    seconds[n].append(time.perf_counter() - start)
-    median = {n: statistics.median(s) for n, s in seconds.items()}
+        learners = {n: (Learner(config), n) for n in THREADS}  # same seed: the same starting weights
+        median = median_update_seconds(learners, batch, args.repeats)
     from benchdoc import machine_line, update_section
     body = "\n".join([
         f"Command: `.venv/bin/python scripts/bench_learner_threads.py{' --model ' + args.model if args.model else ''}` "
