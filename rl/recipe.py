@@ -4,7 +4,8 @@
    partial skill (DeepSeek-R1's first stage; `rl.cold_start.cold_start`).
 2. The value that guides search: a generative verifier, a separate 35k-parameter LM trained to
    convergence on the same gold traces (`rl.verifier_lm`; a value head on the policy's trunk ranks
-   sibling steps no better than the policy's own confidence, docs/results.md).
+   sibling steps no better than the policy's own confidence, docs/results.md), in a second process
+   beside the cold start.
 3. Compute-scaling curves of the cold start (Snell et al. 2024): best-of-N with majority vote, beam
    search and MCTS valued by the verifier, and s1-style budget forcing.
 4. Search-guided RL: MCTS trees from the current policy, valued by the verifier, the policy and the
@@ -21,7 +22,9 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -74,8 +77,8 @@ class DemoConfig:
     """Search-train iterations (the demo's run time is in its summary.json, `stage_seconds`). Measured
     from the same cold start with 2 candidates per expansion (docs/img/demo/candidates_2): 20 iterations
     gained 7.0 points of pass@1 in 256 s, 40 gained 10.5 in 355 s, 80 gained only 11.5 (the gain
-    flattens); with 4 candidates the whole demo took 742-792 s on 2026-12-06's machine and 920-960 s on
-    the slower one of 2026-12-07 (README)."""
+    flattens). With 4 candidates at temperature 1.6 and the critic on the verifier's trunk, RL took
+    500-579 s of demos of 745-862 s (seeds 0-4, 2026-12-07, README)."""
     rl_prompts: int = 32
     """Problems per iteration."""
     rl_simulations: int = 8
@@ -97,11 +100,17 @@ class DemoConfig:
     """Policy and critic updates per iteration (whole trees per minibatch; divides rl_prompts)."""
     rl_estimator: str = "grpo"
     """Advantage estimator during RL (rl.ADVANTAGE_ESTIMATORS)."""
+    rl_critic: str = "verifier"
+    """Trunk of the value critic the loop trains on the trees' values (`CriticConfig.model`): "verifier" copies
+    the 35k-parameter verifier's (the same vocabulary), "policy" the 1.06M-parameter policy's
+    (`CriticConfig`'s default). The searches are valued by the verifier either way and GRPO reads no critic, so
+    this changes the graded critic and the time only: a learner update with the verifier's trunk took
+    0.48x as long as with the policy's, 5.09 s against 10.52 s (docs/benchmarks.md, "Critic trunk")."""
     learner_threads: int = 2
-    """Torch threads of the training that runs while no engine computes: the cold start's SFT (before
-    any engine starts) and RL's learner update (`TrainConfig.learner_threads`; the engine waits). Every
-    other stage, the engine included, runs on one. 2 use both cores of a 2-core machine: 1.73x faster
-    updates (docs/benchmarks.md, "Learner threads"). Set 1 when other work shares the cores."""
+    """Torch threads of RL's learner update (`TrainConfig.learner_threads`; the engine waits meanwhile).
+    Every other stage, the engine included, runs on one; the cold start and the verifier train side by
+    side, one process each. 2 use both cores of a 2-core machine: 1.73x faster updates
+    (docs/benchmarks.md, "Learner threads"). Set 1 when other work shares the cores."""
     dtype: str = "float32"
     """Precision of the cold start's and RL's learner: "float32", or "bfloat16" (autocast with float32
     master weights, rl/runtime.py). With bfloat16 the RL ratio uses the learner's own old
@@ -112,7 +121,7 @@ class DemoConfig:
     """Progress bars."""
 
     def __post_init__(self) -> None:
-        from planner.strategies.common import check_int, check_number
+        from planner.strategies.common import check_choice, check_int, check_number
         from rl.runtime import check_precision
 
         check_precision("DemoConfig", self.dtype, "cpu")
@@ -120,6 +129,7 @@ class DemoConfig:
                      "learner_threads"):
             check_int("DemoConfig", name, getattr(self, name))  # before any stage runs, not minutes into one
         check_number("DemoConfig", "rl_temperature", self.rl_temperature, 0.01)
+        check_choice("DemoConfig", "rl_critic", self.rl_critic, ("verifier", "policy"))
 
 
 TINY = DemoConfig(sft_minutes=0.4, sft_target=0.05, eval_problems=8, pass_samples=2, scaling_problems=4, seeds=[0],
@@ -178,8 +188,8 @@ def _compute_to_bon_best(rows: list[dict]) -> dict:
 
 
 def run_demo(config: DemoConfig = DemoConfig()) -> dict:
-    """Run every stage on one torch thread (the cold start and RL's learner update on
-    `config.learner_threads`); returns the summary written to `<output_dir>/summary.json`."""
+    """Run every stage on one torch thread (RL's learner update on `config.learner_threads`); returns the
+    summary written to `<output_dir>/summary.json`."""
     from rl.runtime import torch_settings
 
     with torch_settings(threads=1):
@@ -213,28 +223,29 @@ def _run_demo(config: DemoConfig) -> dict:
     train_problems = arithmetic_task(4000, config.difficulty, seed=config.seed + 1)
 
     t = time.perf_counter()
-    sft = cold_start(out / "sft", difficulty=config.difficulty, target_pass_range=(config.sft_target, 0.6),
-                     max_minutes=config.sft_minutes, seed=config.seed, final_eval=False, progress=config.progress,
-                     config=replace(COLD_START_SFT, dtype=config.dtype, threads=config.learner_threads))
-    t = lap("cold_start", t)
+    # The verifier's training needs nothing from the cold start: it runs beside it, one core each.
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as side:
+        verifier_job = side.submit(train_verifier_lm, out / "verifier", target_pass=config.verifier_target,
+                                   max_minutes=config.verifier_minutes, eval_problems=config.eval_problems,
+                                   seed=config.seed, progress=False)
+        sft = cold_start(out / "sft", difficulty=config.difficulty, target_pass_range=(config.sft_target, 0.6),
+                         max_minutes=config.sft_minutes, seed=config.seed, final_eval=False,
+                         progress=config.progress, config=replace(COLD_START_SFT, dtype=config.dtype))
+        verifier = verifier_job.result()
+    t = lap("cold_start_and_verifier", t)
 
-    policy = load_policy(sft.model_dir, backend=backend, seed=config.seed)
+    # one engine for the curves and RL, with TrainConfig's one thread, so RL starts no other
+    policy = load_policy(sft.model_dir, backend=backend, seed=config.seed, threads=1)
+    value = load_scorer(verifier.model_dir, decode=policy.decode)
     max_tokens = 64
 
     def pass_at_1(engine) -> dict:
         return pass_rates(engine, held_out, task.reward, n=config.pass_samples, max_tokens=max_tokens,
                           seed=config.seed)
 
-    verifier = train_verifier_lm(out / "verifier", target_pass=config.verifier_target,
-                                 max_minutes=config.verifier_minutes, eval_problems=config.eval_problems,
-                                 seed=config.seed, progress=config.progress)
-    value = load_scorer(verifier.model_dir, decode=policy.decode)
-    t = lap("verifier", t)
-
     before = pass_at_1(policy)
     rows_before = _scaling(policy, scaling_set, task, config, value, "before_rl", out)
-    policy.close()
-    t = lap("scaling_before_rl", t)
+    t = lap("scaling_before_rl", t)  # (the engine's start is in it)
 
     search = MCTSConfig(num_simulations=config.rl_simulations, num_candidates=config.rl_candidates,
                         step_delimiter=STEP_DELIMITER, max_step_tokens=16, max_steps=8,
@@ -242,11 +253,12 @@ def _run_demo(config: DemoConfig) -> dict:
     train_config = TrainConfig(
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
         prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
-        lr=config.rl_lr, minibatches=config.rl_minibatches, seed=config.seed, critic=CriticConfig(lr=1e-3),
+        lr=config.rl_lr, minibatches=config.rl_minibatches, seed=config.seed,
+        critic=CriticConfig(lr=1e-3, model=str(verifier.model_dir) if config.rl_critic == "verifier" else ""),
         learner_threads=config.learner_threads,
         scorer=str(verifier.model_dir),
         dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
-    trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract)
+    trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract, engine=policy)
     history = trainer.run(progress=config.progress)
     t = lap("rl", t)
 

@@ -99,7 +99,8 @@ def write_report(summary: dict, out: Path) -> Path:
         *(f"| {name} | {_with_interval(summary[f'{key}_sibling_accuracy'], summary[f'{key}_sibling_accuracy_interval'])}"
           f" | {_fmt(summary[f'{key}_step_auc'], 3)} |"
           for name, key in (("the generative verifier (guides the searches)", "verifier"),
-                            ("the critic trained in the loop", "critic"),
+                            (f"the critic trained in the loop (on the {summary['config']['rl_critic']}'s trunk)",
+                             "critic"),
                             ("the policy's step confidence", "confidence"))),
         "",
         "## Accuracy per strategy and size", "",

@@ -63,8 +63,8 @@ def test_report_numbers_equal_the_csvs(demo):
         value = summary[f"{key}_sibling_accuracy"]
         assert value is None or 0.0 <= value <= 1.0
         assert summary[f"{key}_step_auc"] is None or 0.0 <= summary[f"{key}_step_auc"] <= 1.0
-    for row in ("the generative verifier (guides the searches)", "the critic trained in the loop",
-                "the policy's step confidence"):
+    for row in ("the generative verifier (guides the searches)",
+                "the critic trained in the loop (on the verifier's trunk)", "the policy's step confidence"):
         assert f"| {row} | " in report, row
     verifier = summary["verifier"]  # the verifier guided the RL searches: its FLOPs are in every iteration's metrics
     assert verifier["parameters"] > 0 and verifier["steps"] > 0
@@ -84,3 +84,7 @@ def test_demo_help_and_bad_option():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--rl_temperature", "0"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "DemoConfig.rl_temperature must be a number in [0.01, inf]; got 0.0" in result.stderr
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--rl_critic", "value"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "DemoConfig.rl_critic must be one of ['policy', 'verifier']; got 'value'" in result.stderr
