@@ -9,8 +9,8 @@ backward per minibatch. On the policy's trunk it costs more than the policy's ow
 reads its old log-probabilities from the engine. One batch of the demo's RL trees is grown once (32
 problems, MCTS with 8 simulations of 4 candidate steps at temperature 1), then the demo's learner
 update (GRPO, 4 minibatches of whole trees, engine log-probabilities, packed trees, 2 torch threads as
-`DemoConfig.learner_threads`) runs on it with each critic, alternating, `--repeats` times each, every
-update from the same starting weights. Reported: median wall seconds of an update and their ratios. Run it
+`DemoConfig.learner_threads`) runs on it with each critic, alternating, `--repeats` times each, each
+learner from the same starting weights. Reported: median wall seconds of an update and their ratios. Run it
 on an otherwise idle machine.
 """
 
