@@ -12,7 +12,7 @@ reject a response however long it is, and a prefix's value can only fall as it g
 already a whole path's (beam's default `aggregation="last"` ranks paths by it). With the policy itself
 as the verifier this is the policy's own confidence over the response (`planner.scorers.ConfidenceScorer`
 reads it free, per step, from the sampled log-probabilities); it pays off with a verifier that knows
-more than the policy (`rl.verifier_lm`: sibling-ranking accuracy 0.986-0.993 against the policy's
+more than the policy (`scripts/lab/verifier_lm.py`: sibling-ranking accuracy 0.986-0.993 against the policy's
 0.80-0.82 in docs/results.md). The verifier must share the policy's tokenizer: a prefix's ids are fed
 to it as they are.
 
@@ -89,7 +89,7 @@ class LikelihoodVerifier(Scorer):
         largest = max(max(p, default=0) for p in prefixes)
         if self.vocab_size is not None and largest >= self.vocab_size:
             raise ValueError(f"token id {largest} is outside the verifier's vocabulary ({self.vocab_size} ids): "
-                             "the verifier must share the policy's tokenizer (train it with rl.verifier_lm)")
+                             "the verifier must share the policy's tokenizer (train it with scripts/lab/verifier_lm.py)")
         values = []
         for logprobs in self.token_logprobs(prefixes, prompt_len):
             if not logprobs:

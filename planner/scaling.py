@@ -45,13 +45,14 @@ from pathlib import Path
 from typing import Literal
 
 from planner.budget import ComputeRecord
-from planner.scaling_report import SIZE_KNOBS, SOLVED_AT, write_outputs
 from planner.monte_carlo import MonteCarloScorer
+from planner.scaling_report import SIZE_KNOBS, SOLVED_AT, write_outputs
 from planner.scorers import ConfidenceScorer, ModelScorer, Scorer
 from planner.solve import solve, solve_batch
 from planner.strategies import STRATEGIES, make_config
 from planner.strategies.common import choose_answer
 from planner.tree import ROOT
+from verifiers.tasks import load_task
 
 __all__ = ["ScalingConfig", "DEFAULT_SIZES", "resolve_model", "make_scorer", "select_problems", "run_scaling",
            "solve_all", "best_of_n_rows", "strategy_rows", "load_inputs", "run"]
@@ -118,7 +119,7 @@ class ScalingConfig:
     """None, "mc" (Monte-Carlo majority agreement with the same policy), "confidence" (the policy's own
     step log-probabilities, read from the search tree: no scorer FLOPs), or a model folder: one with a
     scorer.json loads as the format it names (`planner.prm_scorers.load_scorer`: a PRM, the generative
-    verifier of `rl.verifier_lm`), another as a critic (ModelScorer, squash="clamp")."""
+    verifier of `scripts/lab/verifier_lm.py`), another as a critic (ModelScorer, squash="clamp")."""
     mc_rollouts: int = 4
     """Rollouts per prefix of the "mc" scorer."""
     options: dict[str, dict] = field(default_factory=dict)
@@ -375,7 +376,6 @@ def run_scaling(config: ScalingConfig, policy, problems: Sequence, reward: Calla
 def load_inputs(config: ScalingConfig):
     """(model folder, task, problem slice), checked before any model is loaded; raises ValueError or
     FileNotFoundError with one clear message."""
-    from verifiers.tasks import load_task
 
     model = resolve_model(config.model)
     _check_scorer(config.scorer)

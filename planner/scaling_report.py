@@ -25,12 +25,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 import numpy as np
-
-if TYPE_CHECKING:  # for annotations only: planner.scaling imports this module
-    from planner.scaling import ScalingConfig
 
 __all__ = ["SIZE_KNOBS", "SOLVED_AT", "RESULT_COLUMNS", "PROBLEM_COLUMNS", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED",
            "bootstrap_interval", "curve", "compute_to_reach", "summarize", "write_csv", "read_csv", "read_results",
@@ -149,7 +146,7 @@ def compute_to_reach(rows: Sequence[dict], strategy: str, target_accuracy: float
     return None
 
 
-def summarize(rows: Sequence[dict], config: "ScalingConfig | None" = None) -> dict:
+def summarize(rows: Sequence[dict], config: Any = None) -> dict:
     """Per strategy and size: mean accuracy with its 95% interval (and the seeds' spread) and mean compute
     per problem; plus the best best-of-N (majority) accuracy and the generated tokens and the FLOPs
     each strategy needed to reach it. `config`, when given, is recorded too."""
@@ -250,7 +247,7 @@ def plot_curves(rows: Sequence[dict], path: str | os.PathLike, x: str = "generat
     return path
 
 
-def write_outputs(rows: Sequence[dict], out_dir: str | os.PathLike, config: "ScalingConfig | None" = None,
+def write_outputs(rows: Sequence[dict], out_dir: str | os.PathLike, config: Any = None,
                   band: Literal["interval", "minmax", "std"] = "interval") -> dict[str, Path]:
     """results.csv, problems.csv, summary.json, accuracy_vs_tokens.png and accuracy_vs_flops.png in `out_dir`."""
     summary = summarize(rows, config)  # first: it refuses rows without their per-problem outcomes

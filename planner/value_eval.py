@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.answers import same_answer, vote
 from planner.budget import ComputeMeter
 from planner.policy.types import ComputeStats, SamplingParams
 from planner.value_metrics import (auc_within_depths, expected_calibration_error, rerank_accuracy, sibling_accuracy)
@@ -134,7 +135,6 @@ def _interval(metric: Callable[[list[int]], float | None], problems: int, seed: 
 
 def grade(scorer, cases: ValueCases, equivalent: Callable[[str, str], bool] | None = None) -> dict:
     """The scorer's metrics on `cases` (a dict; intervals as [low, high])."""
-    from planner.answers import same_answer, vote
 
     equivalent = equivalent or same_answer
     # a rollout scorer spends its policy's compute (FLOPs of the prompt tokens computed and the generated)

@@ -4,19 +4,18 @@ from rl.advantages import broadcast_to_tokens, gae, nonzero_variance_groups
 from rl.batch import RolloutBatch, Row, batch_from_trees, monte_carlo_values, reward_leaves
 from rl.config import TREE_STRATEGIES, CriticConfig, TrainConfig
 from rl.critic import ValueCritic
+from rl.dpo import DPOConfig, OnlineDPO, train_dpo_offline
+from rl.dpo_losses import dpo_loss
 from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs, Advantages, estimate
 from rl.kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl, kl_penalized_rewards
-from rl.dpo_losses import dpo_loss
 from rl.losses import (PolicyLossConfig, entropy_from_logits, is_finite_loss, masked_mean, masked_whiten,
                        policy_loss, sequence_logprobs, sft_loss, value_loss)
-from rl.cold_start import COLD_START_SFT, ColdStartResult, cold_start, pass_rates
+from rl.pairs import PairConfig, PreferencePair, preference_pairs
+from rl.reward_model import RewardModelConfig, bradley_terry_loss, train_reward_model
+from rl.rs_sft import RejectionSamplingSFT, RSSFTConfig
 from rl.sft import SFTConfig, SFTResult, load_pairs, train_sft
 from rl.trainer import SearchTrainer
 from rl.tree_store import StoredTree, TreeStore
-from rl.pairs import PairConfig, PreferencePair, preference_pairs
-from rl.dpo import DPOConfig, OnlineDPO, train_dpo_offline
-from rl.rs_sft import RejectionSamplingSFT, RSSFTConfig
-from rl.reward_model import RewardModelConfig, bradley_terry_loss, train_reward_model
 
 __all__ = [
     "SearchTrainer", "TrainConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic",
@@ -26,7 +25,7 @@ __all__ = [
     "kl", "KL_ESTIMATORS", "kl_penalized_rewards", "AdaptiveKLController", "FixedKLController",
     "PolicyLossConfig", "policy_loss", "value_loss", "dpo_loss", "sft_loss", "sequence_logprobs",
     "entropy_from_logits", "masked_mean", "masked_whiten", "is_finite_loss",
-    "SFTConfig", "SFTResult", "ColdStartResult", "COLD_START_SFT", "train_sft", "cold_start", "load_pairs", "pass_rates",
+    "SFTConfig", "SFTResult", "train_sft", "load_pairs",
     "TreeStore", "StoredTree", "PairConfig", "PreferencePair", "preference_pairs", "DPOConfig", "OnlineDPO",
     "train_dpo_offline", "RSSFTConfig", "RejectionSamplingSFT", "RewardModelConfig", "bradley_terry_loss",
     "train_reward_model",

@@ -24,6 +24,7 @@ and of the critic (clipped value loss).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import re
@@ -33,11 +34,11 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from rl import distributed
 from rl.batch import RolloutBatch
 from rl.config import TrainConfig
 from rl.critic import ValueCritic, check_same_vocabulary
 from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
-from rl import distributed
 from rl.forward import PolicyForward, ValueForward, rows_from_packed
 from rl.kl import AdaptiveKLController, FixedKLController, kl
 from rl.losses import is_finite_loss, policy_loss, value_loss
@@ -396,7 +397,6 @@ def _max_over_ranks(value: int) -> int:
 
 def _gradient_sync(module, last: bool):
     """Synchronise gradients over ranks in this backward pass only when `last`."""
-    import contextlib
 
     if last or distributed.world_size() == 1:
         return contextlib.nullcontext()

@@ -6,7 +6,7 @@ from a policy that already writes readable, well-formed traces. `train_sft` is t
 Hugging Face causal LM: the loss is the token-mean negative log-likelihood of the response tokens
 only (the prompt, encoded with the tokenizer's chat template, is context, not a target).
 
-The embedded default's cold start (a tiny Llama stopped at partial skill) is `rl.cold_start`.
+The embedded default's cold start (a tiny Llama stopped at partial skill) is `scripts/lab/cold_start.py`.
 """
 
 from __future__ import annotations

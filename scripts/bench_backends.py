@@ -31,6 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
+from benchdoc import machine_line, update_section
+from planner.logs import configure_logging
+from verifiers.arithmetic import ARITHMETIC_ALPHABET, arithmetic_task
+
 WORKLOADS = {  # model -> (prompts, n, max_tokens), as issue 7 set them
     "tiny": (32, 8, 64),
     "smollm2": (16, 4, 128),
@@ -51,7 +57,6 @@ VLLM_OPTIONS = {"tiny": {"kv_cache_gib": 1.0, "max_model_len": 512}, "smollm2": 
 def model_folder(name: str, workdir: Path) -> Path:
     """The tiny model at the demo's size with the arithmetic alphabet (random weights), or SmolLM2-135M."""
     from planner.policy.local_models import build_tiny_llama, smollm2_folder
-    from verifiers.arithmetic import ARITHMETIC_ALPHABET
     if name == "tiny":
         return build_tiny_llama(workdir / "tiny", alphabet=ARITHMETIC_ALPHABET, hidden_size=128, num_layers=4,
                                 num_heads=4, init_std=0.5)
@@ -60,13 +65,11 @@ def model_folder(name: str, workdir: Path) -> Path:
 
 def task_prompts(policy, count: int) -> list[list[int]]:
     """Prompt ids of `count` arithmetic questions (the demo's task; short prompts, as in its searches)."""
-    from verifiers.arithmetic import arithmetic_task
     return [policy.encode_prompt(p.question) for p in arithmetic_task(count, seed=1)]
 
 
 def cpu_seconds() -> float:
     """CPU time (user + system) of this process and its children (vLLM's engine core runs in one)."""
-    import psutil
     me = psutil.Process()
     total = sum(me.cpu_times()[:2])
     for child in me.children(recursive=True):
@@ -136,8 +139,6 @@ def shape_text(shape) -> str:
 
 
 def report(rows: list[dict], repeats: int, loads: tuple, minutes: float) -> str:
-    from benchdoc import machine_line
-
     lines = [f"Command: `.venv/bin/python scripts/bench_backends.py {' '.join(sys.argv[1:])}`".rstrip() +
              f" (median of {repeats} timed calls per shape after a warm-up; every sample runs to max_tokens; "
              f"this run: {minutes:.1f} min wall, load average {loads[0]:.1f} at the start and {loads[1]:.1f} "
@@ -184,8 +185,6 @@ def main() -> None:
 
     from tqdm import tqdm
 
-    from benchdoc import update_section
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
 
     started, load_start = time.perf_counter(), os.getloadavg()[0]

@@ -21,24 +21,26 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench_packing import grow_demo_trees, tree_batch_arguments
+
+from bench_learner_threads import median_update_seconds
+from benchdoc import machine_line, update_section
+from planner.logs import configure_logging
+
 THREADS = 2
 """Torch threads of every update (the demo's `learner_threads`)."""
 
 
 def main() -> None:
-    from bench_learner_threads import median_update_seconds
-    from bench_packing import grow_demo_trees, tree_batch_arguments
-
     parser = tree_batch_arguments(__doc__, "critic")
-    parser.add_argument("--verifier", help="the demo's verifier folder (default: rl.verifier_lm first, ~1.5 min)")
+    parser.add_argument("--verifier", help="the demo's verifier folder (default: lab.verifier_lm first, ~1.5 min)")
     args = parser.parse_args()
 
-    from planner.logs import configure_logging
     from rl.batch import batch_from_trees
     from rl.config import CriticConfig
     from rl.learner import Learner
     from rl.runtime import torch_settings
-    from rl.verifier_lm import train_verifier_lm
+    from lab.verifier_lm import train_verifier_lm
 
     configure_logging(False)
     began = time.perf_counter()
@@ -55,7 +57,6 @@ def main() -> None:
                       for name, (learner, _) in learners.items()}
         median = median_update_seconds(learners, batch, args.repeats)
     base = median["policy's trunk"]
-    from benchdoc import machine_line, update_section
     command = "".join(f" --{k} {v}" for k, v in (("model", args.model), ("verifier", args.verifier)) if v)
     body = "\n".join([
         f"Command: `.venv/bin/python scripts/bench_critic_trunk.py{command}` "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -29,6 +30,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import psutil
+
+from benchdoc import machine_line, update_section
+from verifiers import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +57,6 @@ def reward_text(text: str) -> float:
 
 
 def questions(count: int = 64) -> list[str]:
-    import random
     rng = random.Random(0)
     return [f"Q: {rng.randint(100, 999)}+{rng.randint(100, 999)}=? A:" for _ in range(count)]
 
@@ -61,7 +66,6 @@ class PeakRSS:
     every 50 ms, and this process's own exact peak from getrusage; the larger of the two in MB."""
 
     def __init__(self) -> None:
-        import psutil
         self._proc, self._peak, self._stop = psutil.Process(), 0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -80,7 +84,6 @@ class PeakRSS:
             self._peak = max(self._peak, self._tree_rss())
 
     def peak_mb(self) -> float:
-        import resource
         self._stop.set()
         self._thread.join()
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KB on Linux
@@ -90,7 +93,6 @@ class PeakRSS:
 def tree_cpu() -> float:
     """CPU seconds (user + system) of this process and its live children: vLLM's engine core runs in
     a child process, so its sampling work counts too."""
-    import psutil
     total = time.process_time()
     for child_process in psutil.Process().children(recursive=True):
         try:
@@ -139,7 +141,6 @@ def run_ours(args, name: str) -> dict:
     from planner.strategies import BestOfNConfig
     from rl.config import CriticConfig, TrainConfig
     from rl.losses import PolicyLossConfig
-    from verifiers import Problem
 
     ppo = name == "ours-ppo"
     problems = [Problem(id=f"bench/{i}", question=q, reference="", task="bench") for i, q in enumerate(questions())]
@@ -320,7 +321,6 @@ def main() -> None:
         return child(args)
 
     from planner.policy.local_models import build_tiny_llama
-    from benchdoc import machine_line, update_section
 
     began = time.perf_counter()
     order = ["ours-grpo", "trl-grpo", "ours-ppo"]

@@ -19,6 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_packing import grow_demo_trees, tree_batch_arguments
+
+from benchdoc import machine_line, update_section
+from planner.logs import configure_logging
+
 THREADS = (1, 2)
 
 
@@ -40,11 +45,8 @@ def median_update_seconds(learners: dict, batch, repeats: int) -> dict:
 
 
 def main() -> None:
-    from bench_packing import grow_demo_trees, tree_batch_arguments
-
     args = tree_batch_arguments(__doc__, "thread count").parse_args()
 
-    from planner.logs import configure_logging
     from rl.batch import batch_from_trees
     from rl.learner import Learner
     from rl.runtime import torch_settings
@@ -57,7 +59,6 @@ def main() -> None:
         batch = batch_from_trees(trees, trainer.pad_id, pack_tokens=config.pack_tokens)
         learners = {n: (Learner(config), n) for n in THREADS}  # same seed: the same starting weights
         median = median_update_seconds(learners, batch, args.repeats)
-    from benchdoc import machine_line, update_section
     body = "\n".join([
         f"Command: `.venv/bin/python scripts/bench_learner_threads.py{' --model ' + args.model if args.model else ''}` "
         f"({(time.perf_counter() - began) / 60:.1f} min).",

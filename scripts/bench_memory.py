@@ -24,6 +24,12 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
+from benchdoc import machine_line, update_section
+from planner.logs import configure_logging
+from verifiers import load_task
+
 SETTINGS = {  # name -> TrainConfig changes
     "float32": {},
     "+ gradient checkpointing": {"gradient_checkpointing": True},
@@ -58,7 +64,6 @@ def sample_rows(args, model: str, workdir: Path) -> Path:
 
     from rl.batch import batch_from_trees
     from rl.trainer import SearchTrainer
-    from verifiers import load_task
 
     task = load_task("gsm8k", split="test")
     trainer = SearchTrainer(base_config(args, model, str(workdir / "rows")), task.problems[:args.prompts],
@@ -72,10 +77,8 @@ def sample_rows(args, model: str, workdir: Path) -> Path:
 
 def child(args) -> None:
     """One setting: load the learner, run the update on the saved rows, write what it measured."""
-    import psutil
     import torch
 
-    from planner.logs import configure_logging
     configure_logging(False)
 
     from rl.batch import RolloutBatch
@@ -124,7 +127,6 @@ def main() -> None:
         return child(args)
     import torch
 
-    from planner.logs import configure_logging
     from planner.policy.local_models import smollm2_folder
     from tqdm import tqdm
 
@@ -152,7 +154,6 @@ def main() -> None:
         cosine = float(torch.nn.functional.cosine_similarity(r["grad"].double(), reference.double(), dim=0))
         table.append(f"| {name} | {r['added_mb']:,.0f} | {r['added_mb'] / results['float32']['added_mb']:.2f}x | "
                      f"{r['cpu_s']:.1f} | {r['cpu_s'] / results['float32']['cpu_s']:.2f}x | {diff:.1e} | {cosine:.5f} |")
-    from benchdoc import machine_line, update_section
     body = "\n".join([
         f"Command: `.venv/bin/python scripts/bench_memory.py` ({(time.perf_counter() - began) / 60:.1f} min).", "",
         machine_line(), "",

@@ -20,6 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchdoc import machine_line, update_section
+from planner.logs import configure_logging
+from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, load_arithmetic
+
 
 PACK_CAPS = (256, 128, 64)
 """Token caps of the packed layouts compared (`TrainConfig.pack_tokens`)."""
@@ -30,10 +34,9 @@ def grow_demo_trees(tmp: Path, model: str | None, prompts: int, candidates: int)
     from `model`, or from a fresh cold start in `tmp`; returns the demo's learner config, the trainer (its
     engine still open) and the trees."""
     from planner.strategies import MCTSConfig
-    from rl.cold_start import cold_start
+    from lab.cold_start import cold_start
     from rl.config import CriticConfig, TrainConfig
     from rl.trainer import SearchTrainer
-    from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, load_arithmetic
 
     model = model or str(cold_start(tmp / "sft", final_eval=False, progress=False).model_dir)
     task = load_arithmetic(split="test")
@@ -51,7 +54,7 @@ def grow_demo_trees(tmp: Path, model: str | None, prompts: int, candidates: int)
 def tree_batch_arguments(description: str, repeats_per: str) -> argparse.ArgumentParser:
     """The options of a benchmark that times learner updates on one batch of the demo's trees."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="the demo's cold-start folder (default: run rl.cold_start first)")
+    parser.add_argument("--model", help="the demo's cold-start folder (default: run lab.cold_start first)")
     parser.add_argument("--prompts", type=int, default=32, help="trees in the batch (the demo's rl_prompts)")
     parser.add_argument("--repeats", type=int, default=5, help=f"timed updates per {repeats_per}")
     parser.add_argument("--no-doc", action="store_true", help="print only; do not write docs/benchmarks.md")
@@ -63,7 +66,6 @@ def main() -> None:
 
     from tqdm import tqdm
 
-    from planner.logs import configure_logging
     from rl.batch import batch_from_trees
     from rl.config import TrainConfig
     from rl.learner import Learner
@@ -87,7 +89,6 @@ def main() -> None:
     median = {name: statistics.median(s) for name, s in seconds.items()}
     best = min((n for n in caps if n != "rows"), key=median.get)
     verdict = lambda ok: "met" if ok else "NOT met"  # noqa: E731
-    from benchdoc import machine_line, update_section
     body = "\n".join([
         f"Command: `.venv/bin/python scripts/bench_packing.py` ({(time.perf_counter() - began) / 60:.1f} min).", "",
         machine_line(), "",

@@ -23,13 +23,19 @@ script estimates the throughput of N replicas on paper (see the written section)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from benchdoc import machine_line, update_section  # scripts/ is on the path when a script runs
+from planner.logs import configure_logging
+from planner.policy.routing import assign_replicas
+from verifiers.arithmetic import arithmetic_task
 
 
 ESTIMATE_REPLICAS = (1, 2, 4, 8, 16, 32)
@@ -53,7 +59,6 @@ def build_model(folder: Path) -> Path:
 def tree_cpu_seconds() -> float:
     """CPU seconds of this process and all its descendants: the local Ray instance (the replicas are its
     workers) and every vLLM engine process. Others' load on a shared machine stretches wall time, not this."""
-    import psutil
 
     me = psutil.Process()
     total = sum(me.cpu_times()[:2])
@@ -104,7 +109,6 @@ def mcts_run(policy, weights, problems: list[str], seed: int):
 def locality_rows(one, pool, folder: Path, seeds: int) -> tuple[list[str], float, list[bytes]]:
     """MCTS over 8 trees: one engine's cache-hit fraction against the pool's under several routings. Also
     one engine's mean seconds per MCTS call (a search round) and the trees' routing keys, for the estimate."""
-    import dataclasses
 
     from safetensors.torch import load_file
 
@@ -129,7 +133,6 @@ def locality_rows(one, pool, folder: Path, seeds: int) -> tuple[list[str], float
 
 def balance(keys: list[bytes], replicas: int, slack: float) -> float:
     """Most prompts on one replica over the mean (1 = perfectly even), under the pool's routing rule."""
-    from planner.policy.routing import assign_replicas
 
     placed = assign_replicas(keys, replicas, slack)
     return max(placed.count(r) for r in range(replicas)) / (len(keys) / replicas)
@@ -148,7 +151,6 @@ def measure(args) -> dict:
     from tqdm import tqdm
 
     from planner.policy import EnginePool, PoolConfig, load_policy
-    from verifiers.arithmetic import arithmetic_task
 
     m = {"load_before": os.getloadavg()}
     options = {"threads": 1} | ({"kv_cache_gib": 0.5, "max_model_len": 256} if args.backend == "vllm" else {})
@@ -279,7 +281,6 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="the engines' and Ray's INFO logs too")
     args = parser.parse_args()
 
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
     body = report(args, measure(args))
     print(body)

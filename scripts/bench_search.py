@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import inspect
 import json
 import pstats
 import statistics
@@ -41,7 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_backends import cpu_seconds
-
+from benchdoc import machine_line, update_section
+from planner.logs import configure_logging
 from planner.scorers import Scorer
 
 
@@ -154,7 +156,6 @@ def run_search(policy, strategy: str, fields: dict, problems: list[str], scorer,
 
 
 def supports_batched() -> bool:
-    import inspect
     from planner.solve import solve_batch
     return "batched" in inspect.signature(solve_batch).parameters
 
@@ -283,8 +284,6 @@ def main() -> None:
 
     import torch
     torch.set_num_threads(1)
-    from benchdoc import machine_line, update_section
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
 
     started = time.perf_counter()

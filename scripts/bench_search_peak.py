@@ -36,10 +36,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_backends import PEAK_SHAPES, VLLM_OPTIONS, cpu_seconds, model_folder, shape_text, task_prompts, time_shape
 from bench_search import WORKLOADS, HashScorer
 
+from bench_backends import PEAK_SHAPES, VLLM_OPTIONS, cpu_seconds, model_folder, shape_text, task_prompts, time_shape
+from benchdoc import machine_line, update_section
+from planner.logs import configure_logging
 from planner.scorers import ModelScorer
+from verifiers.arithmetic import arithmetic_task
 
 BACKENDS = {  # label -> (backend, load_policy options)
     "hf": ("hf", {"threads": 1, "max_batch_size": 1024}),
@@ -122,7 +125,6 @@ def bench_backend(label: str, folder: Path, args, rows: list, grids: dict, score
     from tqdm import tqdm
 
     from planner.policy import load_policy
-    from verifiers.arithmetic import arithmetic_task
 
     backend, options = BACKENDS[label]
     start = time.perf_counter()
@@ -165,8 +167,6 @@ def bench_backend(label: str, folder: Path, args, rows: list, grids: dict, score
 
 
 def report(rows, grids, scorer_rows, args, loads, minutes) -> str:
-    from benchdoc import machine_line
-
     command = " ".join(["OMP_NUM_THREADS=1", ".venv/bin/python", "scripts/bench_search_peak.py", *sys.argv[1:]])
     lines = [f"Command: `{command}` ({args.repeats} search + peak pairs per row, pooled; this run: {minutes:.1f} min "
              f"wall, load average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end).", "", machine_line(), "",
@@ -216,8 +216,6 @@ def main() -> None:
     import torch
     from tqdm import tqdm
 
-    from benchdoc import update_section
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
     torch.set_num_threads(1)
     started, load = time.perf_counter(), os.getloadavg()[0]

@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from planner.scaling_report import curve, read_results, write_outputs
+
 TOTALS = ("problems", "generated_tokens", "prompt_tokens", "cached_prompt_tokens", "flops", "policy_calls",
           "scorer_calls", "wall_seconds")
 
@@ -27,7 +29,6 @@ def combine(folders: list[Path], rename: dict[str, str] | None = None) -> list[d
     in every run ("OLD") or in the runs whose folder has that name ("FOLDER/OLD": two runs of one strategy
     under different scorers become two curves)."""
     rename = rename or {}
-    from planner.scaling_report import read_results
 
     joined: dict[tuple, dict] = {}
     for folder in folders:
@@ -73,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(f) for f in args.runs if not (f / "results.csv").is_file()]
     if missing:
         parser.error(f"not scaling outputs (no results.csv): {missing}")
-    from planner.scaling_report import curve, write_outputs
 
     try:
         rows = combine(args.runs, rename)

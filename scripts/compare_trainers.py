@@ -20,6 +20,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from lab.comparison import ComparisonConfig, run_comparison
+from lab.comparison_report import SECTIONS, markdown, section_body
+from planner.logs import configure_logging
+from rl.cli import add_dataclass_arguments, dataclass_from_args
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(seeds=[0], token_budget=2500, evals=1, prompts_per_iteration=4, simulations=2, eval_problems=16,
             eval_samples=1, rerank_sizes=[1, 2], rerank_seeds=[0], sft_minutes=0.3, progress=False)
@@ -27,9 +32,6 @@ TINY = dict(seeds=[0], token_budget=2500, evals=1, prompts_per_iteration=4, simu
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rl.cli import add_dataclass_arguments, dataclass_from_args
-    from rl.comparison import ComparisonConfig
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="every stage at the smoke-test size (TINY)")
     parser.add_argument("--doc", nargs="?", const="trainers", choices=["trainers", "rl_variants"],
@@ -38,15 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs too (default: warnings)")
     add_dataclass_arguments(parser, ComparisonConfig)
     args = parser.parse_args(argv)
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
     try:
         defaults = dataclasses.replace(ComparisonConfig(), **TINY) if args.tiny else None
         config = dataclass_from_args(ComparisonConfig, args, defaults=defaults)
     except ValueError as error:
         parser.error(str(error))
-    from rl.comparison import run_comparison
-    from rl.comparison_report import SECTIONS, markdown, section_body
 
     summary = run_comparison(config)
     print(markdown(summary))

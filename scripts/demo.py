@@ -13,11 +13,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from lab.recipe import TINY, DemoConfig, run_demo
+from planner.logs import configure_logging
+from rl.cli import add_dataclass_arguments, dataclass_from_args
+
 
 def main(argv: list[str] | None = None) -> int:
-    from rl.cli import add_dataclass_arguments, dataclass_from_args
-    from rl.recipe import TINY, DemoConfig, run_demo
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="every stage at the smoke-test size (TINY)")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
@@ -25,7 +26,6 @@ def main(argv: list[str] | None = None) -> int:
                                                                "warnings and errors)")
     add_dataclass_arguments(parser, DemoConfig)
     args = parser.parse_args(argv)
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
     base = TINY if args.tiny else DemoConfig()
     try:

@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from planner.logs import configure_logging
+from verifiers.arithmetic import ARITHMETIC_ALPHABET, arithmetic_task, load_arithmetic
+
 BF16_MAX_GAP = 0.5
 """Most |engine - learner| log-probability of one sampled token with both in bfloat16 (a bf16 logit
 carries ~3 significant digits; on a CPU with bf16 instructions the tiny model measured 0.036)."""
@@ -50,11 +53,9 @@ def main(argv=None) -> int:
     import torch
 
     from planner import load_policy, solve
-    from planner.logs import configure_logging
     from planner.policy.local_models import build_tiny_llama
     from planner.strategies import BestOfNConfig
     from rl import CriticConfig, SFTConfig, SearchTrainer, TrainConfig, train_sft
-    from verifiers.arithmetic import ARITHMETIC_ALPHABET, arithmetic_task, load_arithmetic
 
     args = parse(argv)
     configure_logging(False)

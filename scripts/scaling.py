@@ -18,11 +18,14 @@ import ast
 import sys
 from pathlib import Path
 
+from planner.logs import configure_logging
+from planner.scaling_report import SIZE_KNOBS, curve
+from rl.cli import add_dataclass_arguments, dataclass_from_args
+
 
 
 def _size_epilog() -> str:
     from planner.scaling import DEFAULT_SIZES
-    from planner.scaling_report import SIZE_KNOBS
 
     lines = ["size of each strategy (its size knob) and its default sizes:"]
     lines += [f"  {name}: {knob}, default {','.join(map(str, DEFAULT_SIZES[name]))}"
@@ -35,7 +38,6 @@ def _size_epilog() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from planner.scaling import ScalingConfig
-    from rl.cli import add_dataclass_arguments
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_size_epilog(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,12 +91,9 @@ def _options(pairs: list[str], parser) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
 
     from planner.scaling import ScalingConfig, load_inputs, run
-    from planner.scaling_report import curve
-    from rl.cli import dataclass_from_args
 
     strategies = getattr(args, "strategies", ScalingConfig().strategies)
     try:

@@ -16,6 +16,9 @@ import json
 import sys
 from pathlib import Path
 
+from planner.budget import Budget
+from planner.logs import configure_logging
+
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +92,6 @@ def _solutions(problems, policy, args, scorer, budget, options):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
     if not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model {args.model!r}: no model folder there (expected a config.json)")
@@ -102,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be an integer >= 1; got {getattr(args, name)}")
 
-    from planner.budget import Budget
     from planner.policy import load_policy
     from planner.scorers import ModelScorer
     from planner.strategies import make_config

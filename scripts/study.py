@@ -19,6 +19,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from lab.study import StudyConfig, TINY_STUDY, run_study
+from lab.study_report import SECTION, section_body
+from planner.logs import configure_logging
+from rl.cli import add_dataclass_arguments, dataclass_from_args
+
 REPO = Path(__file__).resolve().parents[1]
 COPIED = {"values/sibling_accuracy.png": "sibling_accuracy.png", "values/values.csv": "values.csv",
           "search/accuracy_vs_flops.png": "search_accuracy_vs_flops.png",
@@ -29,9 +34,6 @@ COPIED = {"values/sibling_accuracy.png": "sibling_accuracy.png", "values/values.
 
 
 def main(argv=None) -> int:
-    from rl.cli import add_dataclass_arguments, dataclass_from_args
-    from rl.study import TINY_STUDY, StudyConfig
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_dataclass_arguments(parser, StudyConfig)
     parser.add_argument("--tiny", action="store_true", help="every stage at a smoke-test size (TINY_STUDY)")
@@ -39,14 +41,11 @@ def main(argv=None) -> int:
                                                            "plots and CSVs to docs/img/study/")
     parser.add_argument("--verbose", action="store_true", help="the engines' logs too")
     args = parser.parse_args(argv)
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
     try:
         config = dataclass_from_args(StudyConfig, args, defaults=TINY_STUDY if args.tiny else None)
     except ValueError as error:
         parser.error(str(error))
-    from rl.study import run_study
-    from rl.study_report import SECTION, section_body
 
     summary = run_study(config)
     out, images = Path(config.output_dir), REPO / "docs" / "img" / "study"

@@ -17,9 +17,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from planner.logs import configure_logging
+from rl.cli import add_dataclass_arguments, dataclass_from_args
+from verifiers import load_task
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from rl.cli import add_dataclass_arguments
     from rl.config import TrainConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,12 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from planner.logs import configure_logging
     from planner.policy.local_models import resolve_model
-    from rl.cli import dataclass_from_args
     from rl.config import TrainConfig
     from rl.trainer import SearchTrainer
-    from verifiers import load_task
 
     configure_logging(args.verbose)
     try:

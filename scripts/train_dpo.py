@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rl.cli import add_dataclass_arguments, dataclass_from_args
+from tree_trainer_cli import run_online
+
 
 def offline_parser(doc: str) -> argparse.ArgumentParser:
-    from rl.cli import add_dataclass_arguments
     from rl.dpo import DPOConfig
 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,8 +37,6 @@ def offline_parser(doc: str) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tree_trainer_cli import run_online
-
     from rl.dpo import DPOConfig
 
     argv = sys.argv[1:] if argv is None else argv
@@ -49,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_online(rest, __doc__, DPOConfig, "dpo", OnlineDPO,
                           lambda history: f"pairs per round {[m['pairs'] for m in history]}")
-    from rl.cli import dataclass_from_args
     from rl.dpo import train_dpo_offline
 
     parser = offline_parser(__doc__)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rl.cli import add_dataclass_arguments, dataclass_from_args
+from rl.tree_store import TreeStore
+
 
 def main(argv: list[str] | None = None) -> int:
-    from rl.cli import add_dataclass_arguments, dataclass_from_args
     from rl.reward_model import RewardModelConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -24,7 +26,6 @@ def main(argv: list[str] | None = None) -> int:
     add_dataclass_arguments(parser, RewardModelConfig)
     args = parser.parse_args(argv)
     from rl.reward_model import train_reward_model
-    from rl.tree_store import TreeStore
 
     try:
         config = dataclass_from_args(RewardModelConfig, args)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import sys
 
+from tree_trainer_cli import run_online
+
 
 def main(argv: list[str] | None = None) -> int:
-    from tree_trainer_cli import run_online
-
     from rl.rs_sft import RejectionSamplingSFT, RSSFTConfig
 
     return run_online(argv, __doc__, RSSFTConfig, "rs", RejectionSamplingSFT,

@@ -6,6 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from planner.logs import configure_logging
+from rl.cli import add_dataclass_arguments, dataclass_from_args
+from verifiers import load_task
+
 GRPO_ONLY = ("estimator", "gamma", "lam", "lr", "epochs", "minibatches", "old_logprobs", "max_grad_norm", "loss",
              "kl_placement", "kl_reward_coef", "kl_target", "drop_zero_variance_groups", "critic", "reference_device",
              "micro_batch_tokens", "tis_cap", "engine_sleep", "checkpoint_every", "debug")
@@ -26,7 +30,6 @@ def add_task_arguments(parser: argparse.ArgumentParser) -> None:
 
 def online_parser(doc: str, method_config, prefix: str) -> argparse.ArgumentParser:
     """Task options, the tree-growing TrainConfig options, and `method_config`'s options under `--{prefix}.`."""
-    from rl.cli import add_dataclass_arguments
     from rl.config import TrainConfig
 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,9 +42,7 @@ def online_parser(doc: str, method_config, prefix: str) -> argparse.ArgumentPars
 def online_configs(parser, args, method_config, prefix: str):
     """(TrainConfig, the method's config, the task's problems, the task) from parsed options; bad input ends
     the program with one clear error."""
-    from rl.cli import dataclass_from_args
     from rl.config import TrainConfig
-    from verifiers import load_task
 
     try:
         config = dataclass_from_args(TrainConfig, args)
@@ -59,7 +60,6 @@ def online_configs(parser, args, method_config, prefix: str):
 def run_online(argv, doc: str, method_config, prefix: str, trainer_class, report) -> int:
     """Parse, train `trainer_class(train_config, method_config, problems, reward, extract=)` for its rounds,
     save the policy to <output_dir>/policy and print `report(history)`."""
-    from planner.logs import configure_logging
 
     parser = online_parser(doc, method_config, prefix)
     args = parser.parse_args(argv)

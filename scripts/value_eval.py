@@ -21,6 +21,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from lab.value_report import write_value_rows
+from planner.logs import configure_logging
+from planner.value_eval import grade_scorers
+from verifiers.arithmetic import STEP_DELIMITER, held_out_task, step_value
+
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policy", required=True, help="the policy folder whose steps are graded")
@@ -71,13 +76,9 @@ def make_scorer(name: str, args, policy, task):
 
 def main(argv=None) -> int:
     args = parse(argv)
-    from planner.logs import configure_logging
     configure_logging(args.verbose)
 
     from planner.policy import load_policy
-    from planner.value_eval import grade_scorers
-    from planner.value_report import write_value_rows
-    from verifiers.arithmetic import STEP_DELIMITER, held_out_task, step_value
 
     task = held_out_task(args.problems)
     problems = task.problems

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lab.comparison_report import difference_interval, seed_problem_interval
+from lab.reranking import rerank_samples
 from planner.policy.types import Sample
 from planner.scorers import Scorer
-from rl.comparison_report import difference_interval, seed_problem_interval
-from rl.reranking import rerank_samples
 from verifiers.arithmetic import VERIFIER, make_problem
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_tiny_rl_variant_arms_end_to_end(tmp_path):
     from planner.policy.local_models import build_tiny_llama
     from transformers import AutoModelForCausalLM
 
-    from rl.comparison import ComparisonConfig
+    from lab.comparison import ComparisonConfig
     from verifiers.arithmetic import ARITHMETIC_ALPHABET
 
     model = build_tiny_llama(tmp_path / "cold", alphabet=ARITHMETIC_ALPHABET, seed=0)

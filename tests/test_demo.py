@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from lab.recipe import TINY, VALUES, run_demo
 from planner.scaling_report import read_results
 from rl.metrics import read_metrics
-from rl.recipe import TINY, VALUES, run_demo
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -75,7 +75,7 @@ def test_a_folder_with_its_note_loads_as_the_verifier(model_dir, tmp_path):
 
 def test_train_verifier_lm_writes_a_folder_that_scores(tmp_path):
     from planner.policy import load_policy
-    from rl.verifier_lm import train_verifier_lm
+    from lab.verifier_lm import train_verifier_lm
     from verifiers.arithmetic import held_out_task
 
     result = train_verifier_lm(tmp_path / "verifier", max_minutes=0.05, eval_problems=4, progress=False)

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from lab.cold_start import COLD_START_SFT, cold_start, pass_rates
 from planner.policy import SamplingParams, load_policy
 from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
-from rl.cold_start import COLD_START_SFT, cold_start, pass_rates
 from rl.runtime import cpu_supports_bfloat16
 from rl.sft import SFTConfig, collate, encode_pair, load_pairs, lr_factor, response_nll, train_sft
 from verifiers.arithmetic import ARITHMETIC_ALPHABET, arithmetic_task

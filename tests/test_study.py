@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from rl.study_report import _beats_at_equal_flops, _rising
+from lab.study_report import _beats_at_equal_flops, _rising
 
 
 def curves(**points):
@@ -36,7 +36,7 @@ def test_rising_needs_three_budgets_each_above_the_last():
 @pytest.mark.slow
 def test_the_study_runs_every_stage_and_its_prm_loads_back(tmp_path):
     from rl.prm import ProcessRewardModel
-    from rl.study import TINY_STUDY, run_study
+    from lab.study import TINY_STUDY, run_study
 
     summary = run_study(replace(TINY_STUDY, output_dir=str(tmp_path)))
     assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(summary))
@@ -55,7 +55,7 @@ def test_the_study_runs_every_stage_and_its_prm_loads_back(tmp_path):
     prm = ProcessRewardModel.load(tmp_path / "prm")
     assert prm.num_parameters > 0
     # the results section states each learned value's targets with its own numbers
-    from rl.study_report import section_body
+    from lab.study_report import section_body
 
     body = section_body(summary, "python scripts/study.py", "a machine", "artifacts")
     verifier = summary["values"]["verifier"]

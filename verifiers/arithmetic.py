@@ -222,12 +222,12 @@ VERIFIER = Verifier(reward=GradeReward(grade), extract=extract, equivalent=equiv
 """The task's verifier in the shared contract (`verifiers.types.Verifier`): its reward is `grade`
 against ``problem.reference``."""
 SPLITS: dict[str, tuple[int, int]] = {"train": (5000, 0), "test": (128, 10_000)}
-"""Split -> (problem count, seed) of `load_arithmetic`; `rl.cold_start.cold_start` holds out the "test" seed."""
+"""Split -> (problem count, seed) of `load_arithmetic`; `scripts/lab/cold_start.py` holds out the "test" seed."""
 
 
 def load_arithmetic(path=None, split: str = "test", difficulty: str | Difficulty = "medium") -> Task:
     """The task as a `Task`, with the loader signature of ``verifiers.tasks.TASKS`` (the data is generated,
-    so `path` must be None). "test" is the held-out set `rl.cold_start.cold_start` measures pass@1 on."""
+    so `path` must be None). "test" is the held-out set `scripts/lab/cold_start.py` measures pass@1 on."""
     if path is not None:
         raise ValueError(f"the arithmetic task is generated, not read from a file; pass path=None, got {path!r}")
     if split not in SPLITS:

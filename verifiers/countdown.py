@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
 
+from verifiers.math import extract_boxed
+
 __all__ = [
     "MAX_EXPRESSION_CHARS",
     "check_countdown",
@@ -77,7 +79,6 @@ def extract_expression(completion: str) -> str | None:
     """
     if not isinstance(completion, str):
         return None
-    from verifiers.math import extract_boxed  # extraction helper only; no sympy involved
 
     start = completion.rfind("<answer>")
     end = completion.find("</answer>", start) if start >= 0 else -1

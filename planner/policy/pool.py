@@ -36,6 +36,7 @@ from typing import Literal
 import numpy as np
 
 from planner.policy.base import NamedTensors, Policy
+from planner.policy.ray_cluster import check_resources, connect, reserve
 from planner.policy.routing import assign_replicas, generation_suffix, routing_keys
 from planner.policy.types import ComputeStats, SamplingParams
 
@@ -166,7 +167,6 @@ class EnginePool(Policy):
         from transformers import AutoTokenizer
 
         from planner.policy import BACKENDS
-        from planner.policy.ray_cluster import check_resources, connect, reserve
 
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")

@@ -8,6 +8,9 @@ and its ancestors. A strategy (one file each) is the loop that combines them.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
@@ -67,9 +70,6 @@ class SearchConfig:
 
 def field_docs(cls) -> dict[str, str]:
     """The docstring under each dataclass field (CleanRL style), read from the source of `cls` and its bases."""
-    import ast
-    import inspect
-    import textwrap
 
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__[:-1]):

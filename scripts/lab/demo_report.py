@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from planner.scaling_report import curve, read_results
+
 __all__ = ["write_report", "plot_before_after"]
 
 AXES = {"generated_tokens_per_problem": "generated tokens per problem",
@@ -22,8 +24,6 @@ def plot_before_after(out: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from planner.scaling_report import curve, read_results
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
     for ax, x in zip(axes, AXES):

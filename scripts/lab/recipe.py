@@ -1,9 +1,9 @@
 """The R1 recipe in miniature, end to end on a CPU: what `make demo` runs.
 
 1. Cold-start SFT of a ~1M-parameter Llama on generated arithmetic traces, stopped on purpose at
-   partial skill (DeepSeek-R1's first stage; `rl.cold_start.cold_start`).
+   partial skill (DeepSeek-R1's first stage; `lab.cold_start.cold_start`).
 2. The value that guides search: a generative verifier, a separate 35k-parameter LM trained to
-   convergence on the same gold traces (`rl.verifier_lm`; a value head on the policy's trunk ranks
+   convergence on the same gold traces (`lab.verifier_lm`; a value head on the policy's trunk ranks
    sibling steps no better than the policy's own confidence, docs/results.md), in a second process
    beside the cold start.
 3. Compute-scaling curves of the cold start (Snell et al. 2024): best-of-N with majority vote, beam
@@ -27,6 +27,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+from lab.demo_report import write_report
+from planner.scaling_report import curve, summarize, write_outputs
+from planner.strategies.common import check_choice, check_int, check_number
+from planner.value_eval import grade_scorers
+from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, step_value
+from verifiers.tasks import load_task
 
 __all__ = ["DemoConfig", "run_demo", "TINY", "VALUES"]
 
@@ -121,7 +128,6 @@ class DemoConfig:
     """Progress bars."""
 
     def __post_init__(self) -> None:
-        from planner.strategies.common import check_choice, check_int, check_number
         from rl.runtime import check_precision
 
         check_precision("DemoConfig", self.dtype, "cpu")
@@ -151,8 +157,6 @@ def _backend(name: str) -> str:
 def _scaling(policy, problems, task, config: DemoConfig, scorer, phase: str, out: Path) -> list[dict]:
     """Best-of-N (majority, no scorer), beam and MCTS (with `scorer`) and budget forcing."""
     from planner.scaling import ScalingConfig, run_scaling
-    from planner.scaling_report import write_outputs
-    from verifiers.arithmetic import STEP_DELIMITER
 
     steps = {"step_delimiter": STEP_DELIMITER, "max_step_tokens": 16, "max_steps": 8}
     common = dict(seeds=config.seeds, max_tokens=64, temperature=1.0, progress=config.progress, batched=True)
@@ -174,7 +178,6 @@ def _compute_to_bon_best(rows: list[dict]) -> dict:
     """Per strategy: generated tokens and total FLOPs (policy and scorer) per problem to reach
     best-of-N-majority's best accuracy, and the savings against best-of-N's own cost there (from
     `planner.scaling_report.summarize`, which computes both)."""
-    from planner.scaling_report import summarize
 
     summary = summarize(rows)
     tokens, flops = summary["tokens_to_reach_best_of_n_best"], summary["flops_to_reach_best_of_n_best"]
@@ -201,11 +204,9 @@ def _run_demo(config: DemoConfig) -> dict:
     from planner.prm_scorers import load_scorer
     from planner.strategies import MCTSConfig
     from rl.config import CriticConfig, TrainConfig
-    from rl.cold_start import COLD_START_SFT, cold_start, pass_rates
+    from lab.cold_start import COLD_START_SFT, cold_start, pass_rates
     from rl.trainer import SearchTrainer
-    from rl.verifier_lm import train_verifier_lm
-    from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task
-    from verifiers.tasks import load_task
+    from lab.verifier_lm import train_verifier_lm
 
     start = time.perf_counter()
     out = Path(config.output_dir)
@@ -291,7 +292,6 @@ def _run_demo(config: DemoConfig) -> dict:
     }
     summary["targets"] = _targets(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    from rl.report import write_report
     write_report(summary, out)
     return summary
 
@@ -301,8 +301,6 @@ def _grade_values(policy, scorers: dict, problems, task, config: DemoConfig) -> 
     process oracle on the same held-out sibling sets (planner/value_eval.py): the oracle grades, it guides
     nothing."""
     from planner.scorers import ConfidenceScorer
-    from planner.value_eval import grade_scorers
-    from verifiers.arithmetic import STEP_DELIMITER, step_value
 
     rows = grade_scorers(policy, problems, {**scorers, "confidence": ConfidenceScorer()}, task, step_value,
                          seeds=[config.seed], candidates=4, samples=4, step_delimiter=STEP_DELIMITER,
@@ -313,7 +311,6 @@ def _grade_values(policy, scorers: dict, problems, task, config: DemoConfig) -> 
 def _accuracy_table(rows: list[dict]) -> dict:
     """{strategy: {size: accuracy (seed mean) with its 95% interval over problems, and tokens and FLOPs
     per problem (seed means; FLOPs include the scorer's)}}."""
-    from planner.scaling_report import curve
 
     return {s: {str(p["size"]): {"accuracy": p["accuracy_mean"], "accuracy_interval": [p["accuracy_low"],
                                                                                          p["accuracy_high"]],

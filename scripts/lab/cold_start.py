@@ -20,8 +20,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from planner.policy.types import SamplingParams
+from planner.scaling_report import bootstrap_interval
 from rl.runtime import torch_settings
 from rl.sft import SFTConfig, train_sft
+from verifiers.arithmetic import ARITHMETIC_ALPHABET, REDO_PASSES, SPLITS, arithmetic_task, self_correction_solution
+from verifiers.tasks import reward
 
 if TYPE_CHECKING:
     from verifiers.arithmetic import Difficulty
@@ -66,8 +70,6 @@ def pass_rates(policy, problems: Sequence, reward_fn: Callable[[str, object], fl
     pass@1 averages over all n samples, the unbiased estimate (Chen et al. 2021) with lower variance
     than one sample per problem. `reward_fn(text, problem)` grades a response (a task's `reward`).
     """
-    from planner.policy.types import SamplingParams
-    from planner.scaling_report import bootstrap_interval
 
     prompts = [policy.encode_prompt(p.question) for p in problems]
     groups = policy.generate(prompts, SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens,
@@ -101,9 +103,6 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
     from planner.policy.hf import HFPolicy
     from planner.policy.local_models import build_char_tokenizer, build_tiny_llama
     from transformers import AutoModelForCausalLM
-    from verifiers.arithmetic import (ARITHMETIC_ALPHABET, REDO_PASSES, SPLITS, arithmetic_task,
-                                      self_correction_solution)
-    from verifiers.tasks import reward
 
     if not 0.0 <= self_correction <= 1.0:
         raise ValueError(f"self_correction must be a fraction in [0, 1]; got {self_correction!r}")

@@ -1,12 +1,12 @@
 """DPO from tree pairs, rejection-sampling SFT and GRPO from the same trees, at equal generated tokens.
 
-On the embedded arithmetic task (`verifiers.arithmetic`): one cold start (`rl.cold_start.cold_start`, cached in
+On the embedded arithmetic task (`verifiers.arithmetic`): one cold start (`lab.cold_start.cold_start`, cached in
 a folder and reused by every arm), then for each arm and seed a run that grows MCTS trees with the
 current policy (the same search settings for every arm: `SearchTrainer.grow_trees`) and learns from
 them, until it has generated `token_budget` tokens. Sampled pass@1 (temperature 1) on held-out problems
 is measured at the start and each time the run's generated tokens cross a multiple of
 token_budget / evals. Every run writes its trees to a tree store. Afterwards an outcome reward model is
-trained on every run's stored trees (`rl.reward_model`) and judged as a best-of-N reranker (`rl.reranking`).
+trained on every run's stored trees (`rl.reward_model`) and judged as a best-of-N reranker (`lab.reranking`).
 
 The arms (`ARMS`): "grpo" = `rl.trainer.SearchTrainer` (GRPO advantages over each tree's leaves, the
 critic off so that every arm's trees are grown alike), "dpo" = `rl.dpo.OnlineDPO` (sibling-step and
@@ -31,9 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+from lab.comparison_report import write_report
+from lab.recipe import _backend
+from lab.reranking import rerank_comparison, solved_matrix
+from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task
+from verifiers.tasks import load_task
 
-__all__ = ["ComparisonConfig", "ARMS", "run_comparison", "solved_matrix", "held_out_problems"]
+__all__ = ["ComparisonConfig", "ARMS", "run_comparison", "held_out_problems"]
 
 
 @dataclass
@@ -47,7 +51,7 @@ class ComparisonConfig:
     backend: str = "auto"
     """Serving engine: "vllm", "hf", or "auto" (vLLM when it imports)."""
     arms: list[str] = field(default_factory=lambda: ["dpo", "rs_sft", "grpo"])
-    """Trainers to compare (names in rl.comparison.ARMS)."""
+    """Trainers to compare (names in lab.comparison.ARMS)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     """Training seeds of every arm (search, prompt order, updates)."""
     token_budget: int = 100_000
@@ -112,23 +116,12 @@ class ComparisonConfig:
 
 def held_out_problems(count: int, train_questions: set[str]) -> list:
     """`count` arithmetic problems ("medium") whose questions are in no training set, from a seed of their own."""
-    from verifiers.arithmetic import arithmetic_task
 
     pool = [p for p in arithmetic_task(4 * count, "medium", seed=31_337) if p.question not in train_questions]
     unique = list({p.question: p for p in pool}.values())
     if len(unique) < count:
         raise ValueError(f"only {len(unique)} held-out problems are unseen in training; ask for fewer than {count}")
     return unique[:count]
-
-
-def solved_matrix(engine, problems, reward_fn, n: int, seed: int, max_tokens: int = 64):
-    """(n, P) 0/1 array: whether sample k of problem p is rewarded > 0.5 (temperature 1), and the samples."""
-    from planner.policy.types import SamplingParams
-
-    prompts = [engine.encode_prompt(p.question) for p in problems]
-    groups = engine.generate(prompts, SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=seed))
-    solved = np.array([[reward_fn(s.text, p) > 0.5 for s in group] for p, group in zip(problems, groups)], float)
-    return solved.T, groups
 
 
 # ---- the arms ---------------------------------------------------------------------------------------
@@ -208,7 +201,6 @@ def run_arm(arm: str, seed: int, config: ComparisonConfig, model_dir: Path, prob
     settings (its evaluations.json) is reused, so a rerun redoes only what changed."""
     from planner.strategies import MCTSConfig
     from rl.config import CriticConfig, TrainConfig
-    from verifiers.arithmetic import STEP_DELIMITER
 
     out = Path(config.output_dir) / "runs" / f"{arm}_seed{seed}"
     record, settings = out / "evaluations.json", _run_settings(config)
@@ -261,12 +253,8 @@ def run_comparison(config: ComparisonConfig) -> dict:
     from transformers import AutoModelForCausalLM
 
     from planner.policy import load_policy
-    from rl.comparison_report import write_report
-    from rl.recipe import _backend
     from rl.runtime import torch_settings
-    from rl.cold_start import cold_start
-    from verifiers.arithmetic import arithmetic_task
-    from verifiers.tasks import load_task
+    from lab.cold_start import cold_start
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -289,8 +277,6 @@ def run_comparison(config: ComparisonConfig) -> dict:
                 (out / "runs.json").write_text(json.dumps(runs) + "\n")
         reranking = None
         if config.reward_model:
-            from rl.reranking import rerank_comparison
-
             engine.load_weights(start_weights)
             reranking = rerank_comparison(config, model_dir, held_out, task, engine)
         engine.close()

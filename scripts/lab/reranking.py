@@ -19,10 +19,21 @@ from pathlib import Path
 import numpy as np
 
 from planner.answers import vote
+from planner.policy.types import SamplingParams
+from rl.tree_store import TreeStore
 
-__all__ = ["RERANKERS", "rerank_samples", "rerank_comparison"]
+__all__ = ["RERANKERS", "solved_matrix", "rerank_samples", "rerank_comparison"]
 
 RERANKERS = ("pass@1", "majority", "reward_model_best", "reward_model_weighted", "pass@N")
+
+
+def solved_matrix(engine, problems, reward_fn, n: int, seed: int, max_tokens: int = 64):
+    """(n, P) 0/1 array: whether sample k of problem p is rewarded > 0.5 (temperature 1), and the samples."""
+
+    prompts = [engine.encode_prompt(p.question) for p in problems]
+    groups = engine.generate(prompts, SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=seed))
+    solved = np.array([[reward_fn(s.text, p) > 0.5 for s in group] for p, group in zip(problems, groups)], float)
+    return solved.T, groups
 
 
 def rerank_samples(groups, problems, scorer, reward_fn, extract, equivalent, prompts, sizes) -> dict:
@@ -50,9 +61,7 @@ def rerank_comparison(config, model_dir: Path, held_out, task, engine) -> dict:
     reward model's training record. A reranking already done with the same settings (reranking.json) is
     reused."""
     from planner.prm_scorers import load_scorer
-    from rl.comparison import solved_matrix
     from rl.reward_model import RewardModelConfig, train_reward_model
-    from rl.tree_store import TreeStore
 
     out = Path(config.output_dir)
     record = out / "reranking.json"

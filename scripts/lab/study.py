@@ -4,7 +4,7 @@ search guided by it beats sampling at equal FLOPs, and whether budget forcing bu
 Stages (each writes its CSV under `output_dir`; `rl/study_report.py` turns them into plots and the
 "Values that guide search" section of docs/results.md):
 
-1. **policies**: the cold start (`rl.cold_start`, or `policy` when given) and a second cold start whose
+1. **policies**: the cold start (`lab.cold_start`, or `policy` when given) and a second cold start whose
    traces are partly s1-style self-corrections (a slip, "Wait", the correct pass).
 2. **a process reward model** (`rl/prm.py`) trained on sibling steps the cold start proposes for
    training problems (never the held-out ones), labelled by Monte-Carlo rollouts checked against the
@@ -30,6 +30,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lab.study_report import write_values
+from planner.scaling_report import summarize, write_outputs
+from planner.value_eval import collect_cases, grade_scorers
+from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, held_out_task, step_value
+
 __all__ = ["StudyConfig", "run_study", "TINY_STUDY"]
 
 
@@ -43,7 +48,7 @@ class StudyConfig:
     """A cold-start model folder to study (e.g. a demo's `sft/`, or its RL policy `rl/checkpoint/policy`);
     None: trained here."""
     verifier: str | None = None
-    """A generative verifier folder (`rl.verifier_lm`, e.g. a demo's `verifier/`); None: trained here."""
+    """A generative verifier folder (`lab.verifier_lm`, e.g. a demo's `verifier/`); None: trained here."""
     verifier_minutes: float = 3.0
     """Most minutes of the verifier's training here (it stops at a held-out pass@1 of 0.97; about 1 min)."""
     critic: str | None = None
@@ -124,9 +129,7 @@ def mc_labels(policy, cases, problems, task, rollouts: int, seed: int) -> None:
 
 def train_prm(policy, policy_dir: Path, task, config: StudyConfig, out: Path):
     """A PRM on the policy's sibling steps for training problems; saved to out/prm."""
-    from planner.value_eval import collect_cases
     from rl.prm import PRMConfig, ProcessRewardModel, StepExample
-    from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, step_value
 
     problems = arithmetic_task(config.train_problems, seed=20_000 + config.seed)  # neither SFT's nor held-out
     cases = collect_cases(policy, problems, step_value, task.reward, task.verifier.extract, candidates=4, samples=1,
@@ -146,7 +149,6 @@ def train_prm(policy, policy_dir: Path, task, config: StudyConfig, out: Path):
 def search_curves(policy, scorers: dict, task, config: StudyConfig) -> list[dict]:
     """Best-of-N majority, then beam under each scorer (its curve named beam_<scorer>)."""
     from planner.scaling import ScalingConfig, run_scaling
-    from verifiers.arithmetic import STEP_DELIMITER
 
     common = dict(seeds=config.seeds, max_tokens=64, temperature=1.0, progress=config.progress, batched=True)
     voting = {"extract": task.verifier.extract, "equivalent": task.verifier.equivalent}
@@ -186,16 +188,12 @@ def forcing_curves(policies: dict, task, config: StudyConfig) -> list[dict]:
 def run_study(config: StudyConfig = StudyConfig()) -> dict:
     """Every stage; returns the summary written to `<output_dir>/summary.json`."""
     from planner.policy import load_policy
-    from planner.scaling_report import summarize, write_outputs
     from planner.scorers import ConfidenceScorer, RandomScorer
     from planner.monte_carlo import MonteCarloScorer
     from planner.prm_scorers import load_scorer
-    from rl.cold_start import cold_start
-    from rl.verifier_lm import train_verifier_lm
+    from lab.cold_start import cold_start
+    from lab.verifier_lm import train_verifier_lm
     from rl.runtime import torch_settings
-    from rl.study_report import write_values
-    from planner.value_eval import grade_scorers
-    from verifiers.arithmetic import STEP_DELIMITER, held_out_task, step_value
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)

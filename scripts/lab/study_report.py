@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.value_report import value_means, write_value_rows
+from lab.value_report import value_means, write_value_rows
 
 __all__ = ["SECTION", "write_values", "section_body"]
 

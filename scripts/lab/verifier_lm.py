@@ -22,7 +22,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from rl.cold_start import COLD_START_SFT, ColdStartResult, cold_start
+from lab.cold_start import COLD_START_SFT, ColdStartResult, cold_start
 
 __all__ = ["VERIFIER_SFT", "train_verifier_lm"]
 

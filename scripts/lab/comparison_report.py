@@ -277,7 +277,7 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str, imag
         "", machine, "",
         "Arms: " + "; ".join(ARM_TEXT[a] for a in arms) + ".",
         "",
-        f"From one cold start (`rl.cold_start.cold_start`, ~1M-parameter Llama, reused by every arm), each arm grows "
+        f"From one cold start (`lab.cold_start.cold_start`, ~1M-parameter Llama, reused by every arm), each arm grows "
         f"its trees (MCTS: {c['simulations']} simulations, 2 candidates per expansion; {c['prompts_per_iteration']} "
         "prompts per iteration; valued by the verifier on finished responses: no critic guides any search) with its "
         f"current policy and learns from them until it has generated {c['token_budget']:,} tokens; seeds {c['seeds']}. "
