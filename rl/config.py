@@ -3,7 +3,8 @@
 `scripts/train.py --help` is generated from these docstrings (see `rl/cli.py`), so they are the
 one place where each option is documented. How trees are grown is the planner's own strategy
 config (`planner.strategies`), held here as it is: one source of truth for search settings, with
-only the sampling temperature set for training (1.0, so that the importance ratio is exact).
+only the sampling temperature set for training (1.0: the tokens come from the policy itself, so the
+importance ratio is exact; another temperature needs `tis_cap`, which corrects for it).
 """
 
 from __future__ import annotations
@@ -176,9 +177,13 @@ class TrainConfig:
     """Compute log-probabilities over this many positions at a time from the trunk's hidden states, so
     no whole-batch float32 logits exist (rl/forward.py). None: the model's own logits."""
     tis_cap: float | None = None
-    """Truncated importance sampling of the engine against the learner (rl/mismatch.py): each token's
-    surrogate is weighted by min(pi_learner_old / pi_engine, tis_cap). Needs old_logprobs="learner".
-    None: off (the mismatch metrics are logged either way)."""
+    """Truncated importance sampling (rl/mismatch.py; Yao et al. 2025): each token's surrogate is weighted
+    by min(pi_old / mu, tis_cap), mu the distribution the token was drawn from. At search temperature 1, mu
+    is the engine's (its log-probabilities; needs old_logprobs="learner", else the weight is 1): the
+    engine-learner mismatch. At temperature T != 1, mu = softmax(logits / T) of the weights that sampled,
+    which the learner computes before its update (one more forward): the update then learns pi at
+    temperature 1 from samples drawn hotter, and a search at T != 1 requires this setting. None: off (the
+    mismatch metrics are logged either way)."""
     engine_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """The serving engine's weights: float32 keeps it equal to a float32 learner; bfloat16 is vLLM's
     usual GPU setting (then log the mismatch, and consider tis_cap)."""
@@ -270,10 +275,16 @@ class TrainConfig:
         if self.learner_threads is not None and (not isinstance(self.learner_threads, int)
                                                  or isinstance(self.learner_threads, bool) or self.learner_threads < 1):
             _fail("TrainConfig", "learner_threads", "an integer >= 1 or None", self.learner_threads)
+        temperature = self.search.temperature
+        if temperature != 1.0 and self.tis_cap is None:
+            raise ValueError(f"TrainConfig: {self.strategy}.temperature={temperature} samples from softmax(logits / "
+                             f"{temperature}), not from the policy the update trains, so the update is off-policy: "
+                             "set tis_cap (e.g. 2.0) to correct it with truncated importance weights, or sample "
+                             f"at {self.strategy}.temperature=1.0")
         if self.tis_cap is not None:
             if not self.tis_cap >= 1:
                 _fail("TrainConfig", "tis_cap", "a number >= 1 or None", self.tis_cap)
-            if self.old_logprobs != "learner":
+            if self.old_logprobs != "learner" and temperature == 1.0:
                 raise ValueError("TrainConfig.tis_cap weighs tokens by pi_learner_old / pi_engine, so it needs "
                                  "old_logprobs='learner' (with 'engine' there is no learner log-probability to "
                                  "compare): set old_logprobs='learner' or tis_cap=None")

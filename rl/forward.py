@@ -35,27 +35,31 @@ def supports_chunking(model) -> bool:
     return hasattr(model, "get_decoder") and isinstance(getattr(model, "lm_head", None), torch.nn.Linear)
 
 
-def _head_chunk(head: torch.nn.Linear, hidden: Tensor, targets: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor]:
-    logits = head(hidden).float()  # (C, V)
+def _head_chunk(head: torch.nn.Linear, hidden: Tensor, targets: Tensor, with_entropy: bool,
+                temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+    logits = head(hidden).float() / temperature  # (C, V)
     logp = sequence_logprobs(logits[None], targets[None])[0]  # (C,)
     entropy = entropy_from_logits(logits[None])[0] if with_entropy else torch.zeros_like(logp)  # (C,)
     return logp, entropy
 
 
 def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor, *, entropy: str = "none",
-                   chunk_size: int | None = None) -> tuple[Tensor, Tensor | None]:
+                   chunk_size: int | None = None, temperature: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """(B, L) log-probability of token t given the tokens before it (0 at t = 0, so position t lines
     up with token t), and the entropy of the distribution that predicted token t (B, L) when `entropy`
     is "grad" (an entropy bonus needs its gradient) or "log" (a diagnostic, no gradient).
 
     chunk_size: positions per chunk of the chunked path (None, or a model that cannot be chunked:
-    the dense path).
+    the dense path). temperature: the distribution is softmax(logits / temperature), the one an engine
+    samples from at that temperature (1: the policy itself).
     """
     if entropy not in ("none", "grad", "log"):
         raise ValueError(f"entropy must be one of ['grad', 'log', 'none']; got {entropy!r}")
     if chunk_size is not None and supports_chunking(model):
-        return _chunked(model, input_ids, attention_mask, entropy, chunk_size)
+        return _chunked(model, input_ids, attention_mask, entropy, chunk_size, temperature)
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, L, V)
+    if temperature != 1.0:
+        logits = logits.float() / temperature
     logp = torch.nn.functional.pad(sequence_logprobs(logits[:, :-1], input_ids[:, 1:]), (1, 0))  # (B, L)
     if entropy == "none":
         return logp, None
@@ -65,19 +69,20 @@ def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor, *, entropy:
     return logp, values
 
 
-def _chunked(model, input_ids: Tensor, attention_mask: Tensor, entropy: str, chunk_size: int):
+def _chunked(model, input_ids: Tensor, attention_mask: Tensor, entropy: str, chunk_size: int, temperature: float):
     B, L = input_ids.shape
     if L < 2:
         raise ValueError(f"token_logprobs needs rows of at least 2 tokens (a prompt and a response); got L={L}")
     hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, H)
     flat_hidden = hidden[:, :-1].reshape(B * (L - 1), -1)  # (N, H): position t predicts token t + 1
-    logp, ent = _head(model.lm_head, flat_hidden, input_ids[:, 1:].reshape(-1), entropy, chunk_size)  # (N,)
+    logp, ent = _head(model.lm_head, flat_hidden, input_ids[:, 1:].reshape(-1), entropy, chunk_size,
+                      temperature)  # (N,)
     pad = lambda x: torch.nn.functional.pad(x.view(B, L - 1), (1, 0))  # noqa: E731 (B, L)
     return pad(logp), (pad(ent) if ent is not None else None)
 
 
 def packed_token_logprobs(model, packed: dict[str, Tensor], *, entropy: str = "none",
-                          chunk_size: int | None = None) -> tuple[Tensor, Tensor | None]:
+                          chunk_size: int | None = None, temperature: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """(G, N) log-probability of each packed token given the tokens on its path, and the entropy of the
     distribution that predicted it, for trees packed by `rl.packing.collate` (the first prompt
     token's entries are meaningless: it has no predecessor). The hidden state of a token's
@@ -90,7 +95,7 @@ def packed_token_logprobs(model, packed: dict[str, Tensor], *, entropy: str = "n
     G, N, H = hidden.shape
     predictors = hidden.gather(1, packed["predecessor"][..., None].expand(G, N, H))  # (G, N, H)
     logp, ent = _head(model.lm_head, predictors.reshape(G * N, H), packed["input_ids"].reshape(-1), entropy,
-                      chunk_size)
+                      chunk_size, temperature)
     return logp.view(G, N), (ent.view(G, N) if ent is not None else None)
 
 
@@ -106,7 +111,8 @@ def rows_from_packed(packed_values: Tensor, rows_group: Tensor, packed_index: Te
     return torch.where(keep, out, torch.zeros_like(out))
 
 
-def _head(head: torch.nn.Linear, hidden: Tensor, targets: Tensor, entropy: str, chunk_size: int | None):
+def _head(head: torch.nn.Linear, hidden: Tensor, targets: Tensor, entropy: str, chunk_size: int | None,
+          temperature: float = 1.0):
     """Log-probability of `targets` (M,) under head(hidden) (M, H) and its entropy: in one piece
     (chunk_size None), or `chunk_size` rows of logits at a time, each checkpointed when gradients are
     on so that one chunk's logits exist in the backward too."""
@@ -118,9 +124,9 @@ def _head(head: torch.nn.Linear, hidden: Tensor, targets: Tensor, entropy: str, 
     for start in range(0, targets.shape[0], step):
         h, y = hidden[start:start + step], targets[start:start + step]
         if chunk_size is not None and torch.is_grad_enabled():  # recompute this chunk's logits in the backward
-            logp, ent = checkpoint(_head_chunk, head, h, y, with_entropy, use_reentrant=False)
+            logp, ent = checkpoint(_head_chunk, head, h, y, with_entropy, temperature, use_reentrant=False)
         else:
-            logp, ent = _head_chunk(head, h, y, with_entropy)
+            logp, ent = _head_chunk(head, h, y, with_entropy, temperature)
         logps.append(logp)
         entropies.append(ent if entropy == "grad" else ent.detach())
     return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
@@ -135,11 +141,13 @@ class PolicyForward(torch.nn.Module):
         super().__init__()
         self.model, self.chunk_size = model, chunk_size
 
-    def forward(self, inputs: dict[str, Tensor], entropy: str = "none") -> tuple[Tensor, Tensor | None]:
+    def forward(self, inputs: dict[str, Tensor], entropy: str = "none",
+                temperature: float = 1.0) -> tuple[Tensor, Tensor | None]:
         if "predecessor" in inputs:
-            return packed_token_logprobs(self.model, inputs, entropy=entropy, chunk_size=self.chunk_size)
+            return packed_token_logprobs(self.model, inputs, entropy=entropy, chunk_size=self.chunk_size,
+                                         temperature=temperature)
         return token_logprobs(self.model, inputs["input_ids"], inputs["attention_mask"], entropy=entropy,
-                              chunk_size=self.chunk_size)
+                              chunk_size=self.chunk_size, temperature=temperature)
 
 
 class ValueForward(torch.nn.Module):

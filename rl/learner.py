@@ -41,7 +41,7 @@ from rl.critic import ValueCritic, check_same_vocabulary
 from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from rl.forward import PolicyForward, ValueForward, rows_from_packed
 from rl.kl import AdaptiveKLController, FixedKLController, kl
-from rl.losses import is_finite_loss, policy_loss, value_loss
+from rl.losses import is_finite_loss, masked_mean, policy_loss, value_loss
 from rl.mismatch import mismatch_metrics, tis_weights
 from rl.packing import collate, packing_support
 from rl.runtime import autocast, resolve_device
@@ -203,10 +203,11 @@ class Learner:
         return out + [current]
 
     def forward(self, module, batch: RolloutBatch, rows: list[int], device: torch.device,
-                entropy: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+                entropy: str | None = None, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """`rows`' per-token quantities from a forward module (`policy_forward`, `reference_forward`:
-        log-probabilities, and entropies when `entropy` is "grad" or "log"; `critic_forward`: values)
-        in the row layout cut to their longest row: (values (b, width), entropies or None, width).
+        log-probabilities under softmax(logits / temperature), and entropies when `entropy` is "grad" or
+        "log"; `critic_forward`: values) in the row layout cut to their longest row: (values (b, width),
+        entropies or None, width).
         Packed (each tree's nodes once, rl/packing.py) when `self.packed`, else row by row."""
         width = int(batch.attention_mask[rows].sum(-1).max())
         with self.autocast(device):
@@ -223,15 +224,16 @@ class Learner:
                 gather = lambda x, first: x  # noqa: E731
             if entropy is None:  # values
                 return gather(module(inputs), False), None, width
-            logp, ent = module(inputs, entropy=entropy)
+            logp, ent = module(inputs, entropy=entropy, temperature=temperature)
             return gather(logp, True), gather(ent, True), width
 
-    def per_token(self, module, batch: RolloutBatch, device: torch.device, entropy: str | None = "none") -> torch.Tensor:
+    def per_token(self, module, batch: RolloutBatch, device: torch.device, entropy: str | None = "none",
+                  temperature: float = 1.0) -> torch.Tensor:
         """(B, L) `forward` over the whole batch in micro-batches, without gradient, on the CPU."""
         out = torch.zeros(batch.input_ids.shape)
         with torch.no_grad():
             for rows in self.micro_batches(batch, range(len(batch))):
-                values, _, width = self.forward(module, batch, rows, device, entropy)
+                values, _, width = self.forward(module, batch, rows, device, entropy, temperature)
                 out[rows, :width] = values.float().cpu()
         return out
 
@@ -244,9 +246,19 @@ class Learner:
         if c.old_logprobs == "engine":
             return batch.old_logprobs
         kl_in_reward = c.kl_placement == "reward" and self.reference is not None
-        if c.epochs == 1 and c.minibatches == 1 and not kl_in_reward and c.tis_cap is None:
+        if c.epochs == 1 and c.minibatches == 1 and not kl_in_reward:
             return None
         return self.per_token(self.policy_forward, batch, self.device)
+
+    def _sampling_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """(B, L) log-probabilities under the distribution the engine drew the tokens from: the engine's
+        own at temperature 1; at search temperature T != 1, log softmax(logits / T) of the learner's
+        weights before the update (the engine returns temperature-1 log-probabilities, and the two hold
+        the same weights)."""
+        temperature = self.config.search.temperature
+        if temperature == 1.0:
+            return batch.old_logprobs
+        return self.per_token(self.policy_forward, batch, self.device, temperature=temperature)
 
     def minibatches(self, batch: RolloutBatch, iteration: int, epoch: int) -> Iterator[list[int]]:
         """Row indices of each minibatch: whole groups (trees), shuffled per (iteration, epoch)."""
@@ -271,7 +283,7 @@ class Learner:
         old_values = (self.per_token(self.critic_forward, batch, self.device, entropy=None) if self.critic is not None
                       else torch.zeros_like(mask))  # (B, L)
         metrics: dict[str, float] = {}
-        weights = tis_weights(old_logp, batch.old_logprobs, c.tis_cap) if c.tis_cap is not None else None  # (B, L)
+        sampling_logp = self._sampling_logprobs(batch) if c.tis_cap is not None else None  # (B, L)
         kl_in_reward = c.kl_placement == "reward" and ref_logp is not None
         out = self.estimator(AdvantageInputs(
             rewards=batch.rewards, group=batch.group, mask=mask,
@@ -295,9 +307,13 @@ class Learner:
             if "engine_learner_logprob_gap" not in metrics:  # the learner before its first update
                 metrics.update(self._check_engine(logp.detach(), pick(batch.old_logprobs), micro_mask))
             old = pick(old_logp) if old_logp is not None else logp.detach()
+            # TIS (rl/mismatch.py): pi_old / mu, capped, mu the distribution the tokens were drawn from
+            weights = tis_weights(old, pick(sampling_logp), c.tis_cap) if sampling_logp is not None else None
             loss, m = policy_loss(logp, old, pick(out.advantages), micro_mask, loss_config, entropy=entropy,
                                   ref_logp=pick(ref_logp) if loss_config.kl_coef > 0 else None,
-                                  importance_weights=pick(weights), **totals)
+                                  importance_weights=weights, **totals)
+            if weights is not None:
+                m["tis_weight_mean"] = float(masked_mean(weights, micro_mask))
             return loss, m, float(micro_mask.sum())
 
         def critic_part(rows: list[int], totals: dict):

@@ -13,6 +13,8 @@ import math
 import pytest
 import torch
 
+import rl.learner
+
 from planner.strategies import BestOfNConfig, MCTSConfig
 from rl.batch import batch_from_trees
 from rl.config import CriticConfig, TrainConfig
@@ -154,6 +156,54 @@ def test_bfloat16_engine_float32_learner_logs_the_mismatch_and_tis_weighs_it(mod
     assert 0 < metrics["engine_learner_k3"] < 0.1
     assert 0 <= metrics["tis_capped_fraction"] < 0.5
     assert metrics["policy_skipped"] == 0.0
+
+
+def test_hot_samples_are_weighted_by_pi_over_mu_and_the_first_ratio_is_one(model_dir, tmp_path, monkeypatch):
+    """Search at temperature 1.6 draws tokens from mu = softmax(logits / 1.6); the update trains pi (temperature
+    1). On the first minibatch, before any step, the PPO ratio pi_theta / pi_old is 1, and each token's
+    surrogate is weighted by min(pi_old / mu, cap), both computed here by hand from the model's logits."""
+    from transformers import AutoModelForCausalLM
+
+    hot, cap = 1.6, 2.0
+    config = settings(model_dir, tmp_path, best_of_n=BestOfNConfig(n=4, max_tokens=16, temperature=hot), tis_cap=cap,
+                      minibatches=2)
+    trainer = SearchTrainer(config, PROBLEMS, digit_fraction)
+    trees, _ = trainer.grow_trees(PROBLEMS[:4], seed=3)
+    batch = batch_from_trees(trees, trainer.pad_id)
+    calls = []
+    real_policy_loss = rl.learner.policy_loss
+
+    def spy(logp, old_logp, advantages, mask, *args, importance_weights=None, **kwargs):
+        calls.append((logp.detach().clone(), old_logp.clone(), importance_weights.clone(), mask.clone()))
+        return real_policy_loss(logp, old_logp, advantages, mask, *args, importance_weights=importance_weights,
+                                **kwargs)
+
+    monkeypatch.setattr(rl.learner, "policy_loss", spy)
+    learner = Learner(config)
+    first_rows = next(learner.minibatches(batch, iteration=0, epoch=0))
+    metrics = learner.update(batch, iteration=0)
+    logp, old, weights, mask = calls[0]
+    on = mask.bool()
+    assert (logp - old)[on].abs().max() < 1e-4  # the ratio is 1 on the first minibatch
+    assert "tis_weight_mean" in metrics
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()  # the weights that sampled
+    width = logp.shape[1]
+    ids, attention = batch.input_ids[first_rows, :width], batch.attention_mask[first_rows, :width]
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()  # (b, width - 1, V)
+    taken = ids[:, 1:, None]
+    pi = torch.nn.functional.pad(torch.log_softmax(logits, -1).gather(-1, taken)[..., 0], (1, 0))  # (b, width)
+    mu = torch.nn.functional.pad(torch.log_softmax(logits / hot, -1).gather(-1, taken)[..., 0], (1, 0))
+    expected = torch.exp(pi - mu).clamp(max=cap)
+    torch.testing.assert_close(weights[on], expected[on], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(old[on], pi[on], rtol=1e-4, atol=1e-4)
+    assert weights[on].min() < 0.9  # tokens the hot search drew more often than pi would are weighed down
+
+
+def test_a_hot_search_without_importance_weights_is_refused(model_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"mcts.temperature=1.6 .* off-policy: set tis_cap"):
+        settings(model_dir, tmp_path, strategy="mcts", mcts=MCTSConfig(num_simulations=4, temperature=1.6))
 
 
 @pytest.mark.parametrize("changes, message", [
