@@ -60,6 +60,40 @@ class CriticConfig:
 
 
 @dataclass
+class LoopVerifierConfig:
+    """The loop's own value (rl/loop_verifier.py): a generative verifier trained every iteration on the
+    trees' verified leaves, which values the next iteration's search."""
+
+    model: str = ""
+    """Folder of the causal LM it starts from; it must read the policy's token ids (the same tokenizer).
+    "": no loop verifier (the search is valued by `TrainConfig.scorer` or the critic)."""
+    steps: int = 40
+    """AdamW steps per iteration, each on `batch_size` responses drawn from the buffer."""
+    batch_size: int = 32
+    """Responses per step."""
+    lr: float = 1e-3
+    """AdamW learning rate."""
+    buffer: int = 4096
+    """Most distinct verified-correct responses kept, the newest first."""
+    unlikelihood_coef: float = 0.0
+    """Weight of the unlikelihood term on the steps the trees show went wrong (0: SFT alone)."""
+    reduce: Literal["min", "mean"] = "min"
+    """How a prefix's token probabilities become its value (`planner.LikelihoodVerifier`)."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "buffer"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                _fail("LoopVerifierConfig", name, "an integer >= 1", value)
+        if not self.lr > 0:
+            _fail("LoopVerifierConfig", "lr", "a number > 0", self.lr)
+        if not self.unlikelihood_coef >= 0:
+            _fail("LoopVerifierConfig", "unlikelihood_coef", "a number >= 0", self.unlikelihood_coef)
+        if self.reduce not in ("min", "mean"):
+            _fail("LoopVerifierConfig", "reduce", "one of ['mean', 'min']", self.reduce)
+
+
+@dataclass
 class TrainConfig:
     """Search-guided RL: grow trees, reward leaves, update policy and critic, push weights."""
 
@@ -138,6 +172,9 @@ class TrainConfig:
     """Dynamic sampling (DAPO): leave out groups whose rewards are all equal (they carry no signal)."""
     critic: CriticConfig = field(default_factory=CriticConfig)
     """The value critic."""
+    loop_verifier: LoopVerifierConfig = field(default_factory=LoopVerifierConfig)
+    """The loop's own value (rl/loop_verifier.py): a generative verifier trained every iteration on the trees'
+    verified-correct leaves; when `loop_verifier.model` is set it values every iteration's search."""
     scorer: str | None = None
     """A scorer folder (`planner.load_scorer`: its scorer.json names the format), e.g. the generative verifier
     that `rl/verifier_lm.py` trains: it values beam/DVTS/MCTS in every iteration, in place of the verifier
@@ -275,6 +312,9 @@ class TrainConfig:
         if self.learner_threads is not None and (not isinstance(self.learner_threads, int)
                                                  or isinstance(self.learner_threads, bool) or self.learner_threads < 1):
             _fail("TrainConfig", "learner_threads", "an integer >= 1 or None", self.learner_threads)
+        if self.loop_verifier.model and self.scorer:
+            raise ValueError("TrainConfig: scorer and loop_verifier.model both name the value that guides the search; "
+                             "set one of them")
         temperature = self.search.temperature
         if temperature != 1.0 and self.tis_cap is None:
             raise ValueError(f"TrainConfig: {self.strategy}.temperature={temperature} samples from softmax(logits / "

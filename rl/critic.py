@@ -41,9 +41,11 @@ def _quiet(logger_name: str):
         logger.setLevel(level)
 
 
-def check_same_vocabulary(policy_folder: str | os.PathLike, trunk_folder: str | os.PathLike) -> None:
-    """A critic reads the policy's token ids, so a trunk from another folder must share the policy's
-    tokenizer vocabulary (token to id, entry for entry); raises one ValueError naming the fix otherwise."""
+def check_same_vocabulary(policy_folder: str | os.PathLike, trunk_folder: str | os.PathLike,
+                          what: str = "the critic's trunk", setting: str = "CriticConfig.model") -> None:
+    """A critic (or another model, `what`, set by `setting`) reads the policy's token ids, so a model from another
+    folder must share the policy's tokenizer vocabulary (token to id, entry for entry); raises one ValueError
+    naming the fix otherwise."""
     from transformers import AutoTokenizer
 
     vocabularies = []
@@ -51,15 +53,16 @@ def check_same_vocabulary(policy_folder: str | os.PathLike, trunk_folder: str | 
         try:
             vocabularies.append(AutoTokenizer.from_pretrained(folder).get_vocab())
         except (OSError, ValueError) as error:
-            raise ValueError(f"no tokenizer in {str(folder)!r} to check the critic's vocabulary against the "
+            raise ValueError(f"no tokenizer in {str(folder)!r} to check the vocabulary of {what} against the "
                              f"policy's ({error})") from error
     policy, trunk = vocabularies
     if policy != trunk:
         differ = len(set(policy.items()) ^ set(trunk.items()))
-        raise ValueError(f"the critic's trunk {str(trunk_folder)!r} has another vocabulary than the policy "
+        raise ValueError(f"{what} {str(trunk_folder)!r} has another vocabulary than the policy "
                          f"{str(policy_folder)!r} ({len(trunk)} and {len(policy)} entries, {differ} token-id pairs "
-                         f"not shared): the critic reads the policy's token ids, so pick a trunk with the policy's "
-                         f"tokenizer, or leave CriticConfig.model empty to copy the policy's trunk")
+                         f"not shared): it reads the policy's token ids, so pick a model with the policy's "
+                         f"tokenizer for {setting}" + (", or leave CriticConfig.model empty to copy the policy's "
+                                                       "trunk" if setting == "CriticConfig.model" else ""))
 
 
 class ValueCritic(ModelScorer):

@@ -1,8 +1,9 @@
 """The closed search-train loop: search with the current policy and critic, learn from the trees.
 
-Per iteration (DESIGN.md, "Trainer loop"):
-  draw prompts -> grow one tree per prompt with the serving engine (and the critic as scorer)
-  -> reward every leaf with the task's verifier -> rows from the trees (rl/batch.py)
+Per iteration:
+  draw prompts -> grow one tree per prompt with the serving engine, valued by the loop's own verifier
+  (rl/loop_verifier.py), a scorer folder or the critic -> reward every leaf with the task's verifier
+  -> the loop verifier learns from the verified leaves -> rows from the trees (rl/batch.py)
   -> the learner's update (rl/learner.py: old, reference and critic values once, advantages from
   rl/estimators.py, K epochs of minibatch updates of the policy and the critic)
   -> push the new weights into the engine (`Policy.load_weights`) -> log -> checkpoint.
@@ -19,6 +20,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,8 +36,10 @@ from planner.tree import ROOT
 from rl import checkpoint, distributed
 from rl.advantages import nonzero_variance_groups
 from rl.batch import RolloutBatch, batch_from_trees, reward_leaves
+from rl.critic import check_same_vocabulary
 from rl.config import TrainConfig
 from rl.learner import Learner, derived_seed
+from rl.loop_verifier import LoopVerifier
 from rl.metrics import MetricsLogger
 from rl.runtime import torch_settings
 from rl.tree_store import TreeStore
@@ -85,6 +89,12 @@ class SearchTrainer:
                 self.engine = engine if engine is not None else self._load_engine()
         self.search_scorer = (load_scorer(config.scorer, decode=self.engine.decode)
                               if config.scorer and self.engine is not None else None)
+        self.loop_verifier = None
+        if config.loop_verifier.model and distributed.is_main():
+            check_same_vocabulary(config.model, config.loop_verifier.model, "the loop verifier",
+                                  "TrainConfig.loop_verifier.model")
+            saved = self.loop_value_dir if resume and self.loop_value_dir.is_dir() else None
+            self.loop_verifier = LoopVerifier(config.loop_verifier, start=saved)
         if self.engine is not None:
             self.tokenizer = self.engine.tokenizer
         else:
@@ -98,6 +108,11 @@ class SearchTrainer:
                            if config.tree_store and distributed.is_main() else None)
         self.logger = (MetricsLogger(config.output_dir, resume_from=self.iteration if resume else None)
                        if distributed.is_main() else None)
+
+    @property
+    def loop_value_dir(self) -> Path:
+        """Where the loop verifier is saved with every checkpoint: a folder `planner.load_scorer` loads."""
+        return Path(self.config.output_dir) / "loop_value"
 
     def _load_engine(self):
         c = self.config
@@ -141,6 +156,8 @@ class SearchTrainer:
         guided by an untrained head."""
         if self.config.strategy == "best_of_n":
             return None
+        if self.loop_verifier is not None:
+            return self.loop_verifier.scorer()
         if self.search_scorer is not None:
             return self.search_scorer
         if self.learner.critic is not None and self.config.critic.use_as_scorer and self.iteration > 0:
@@ -240,6 +257,9 @@ class SearchTrainer:
         learn_start = time.perf_counter()
         with torch_threads(c.learner_threads):  # the engine is idle now: the update may use its cores
             metrics = self.learner.update(batch, i, greedy)
+            if self.loop_verifier is not None:  # learns from this iteration's verified leaves; values the next search
+                metrics.update(self.loop_verifier.observe(trees))
+                metrics.update(self.loop_verifier.train(derived_seed(c.seed, i, 5)))
         learner_seconds = time.perf_counter() - learn_start
         wake = time.perf_counter()
         if self.engine is not None:
@@ -264,6 +284,8 @@ class SearchTrainer:
             self.logger.log(metrics)
         if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
             checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration)  # every rank: rank 0 writes
+            if self.loop_verifier is not None:
+                self.loop_verifier.save(self.loop_value_dir)
         return metrics
 
     def run(self, progress: bool = True) -> list[dict]:
