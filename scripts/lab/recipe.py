@@ -81,11 +81,8 @@ class DemoConfig:
     verifier_target: float = 0.97
     """Sampled pass@1 on the held-out problems at which the verifier's training stops."""
     rl_iterations: int = 40
-    """Search-train iterations (the demo's run time is in its summary.json, `stage_seconds`). Measured
-    from the same cold start with 2 candidates per expansion (docs/img/demo/candidates_2): 20 iterations
-    gained 7.0 points of pass@1 in 256 s, 40 gained 10.5 in 355 s, 80 gained only 11.5 (the gain
-    flattens). With 4 candidates at temperature 1.6 and the critic on the verifier's trunk, RL took
-    500-579 s of demos of 745-862 s (seeds 0-4, 2026-12-07, README)."""
+    """Search-train iterations (the demo's run time is in its summary.json, `stage_seconds`; how the gain
+    grows with them: docs/results.md)."""
     rl_prompts: int = 32
     """Problems per iteration."""
     rl_simulations: int = 8
@@ -93,12 +90,15 @@ class DemoConfig:
     rl_candidates: int = 4
     """Candidate steps sampled per MCTS expansion during RL. More candidates let the verifier find a right
     step the policy rarely writes, which is what RL learns from; each one costs search time and learner
-    time (more leaves). 4 raised the gain on each of three seeds over 2 (README, "What the demo shows")."""
-    rl_temperature: float = 1.6
+    time (more leaves)."""
+    rl_temperature: float = 1.0
     """Sampling temperature of the candidate steps and leaf completions during RL (pass@1 is always
-    measured at temperature 1). Above 1 the search proposes the digits the policy rarely writes more
-    often, and the verifier keeps the right ones: exploration for RL, at no extra compute. 1.6 gained
-    +20.6 points over five seeds against +18.4 over eight runs at 1 (README, "What the demo shows")."""
+    measured at temperature 1). At 1 the trees come from the policy the update trains. Above 1 the
+    search proposes the digits the policy rarely writes more often, and the update weighs each token by
+    min(pi / mu, rl_tis_cap), mu the hotter distribution it was drawn from (truncated importance
+    sampling, `TrainConfig.tis_cap`)."""
+    rl_tis_cap: float = 2.0
+    """Cap of the importance weights that correct a search at rl_temperature != 1; unused at 1."""
     rl_lr: float = 1e-4
     """Policy learning rate during RL. Adam's first steps move every weight by about lr, and the
     policy gradient of a few hundred rows is noisy, so a small lr with several minibatches per
@@ -135,6 +135,7 @@ class DemoConfig:
                      "learner_threads"):
             check_int("DemoConfig", name, getattr(self, name))  # before any stage runs, not minutes into one
         check_number("DemoConfig", "rl_temperature", self.rl_temperature, 0.01)
+        check_number("DemoConfig", "rl_tis_cap", self.rl_tis_cap, 1.0)
         check_choice("DemoConfig", "rl_critic", self.rl_critic, ("verifier", "policy"))
 
 
@@ -257,7 +258,7 @@ def _run_demo(config: DemoConfig) -> dict:
         lr=config.rl_lr, minibatches=config.rl_minibatches, seed=config.seed,
         critic=CriticConfig(lr=1e-3, model=str(verifier.model_dir) if config.rl_critic == "verifier" else ""),
         learner_threads=config.learner_threads,
-        scorer=str(verifier.model_dir),
+        scorer=str(verifier.model_dir), tis_cap=config.rl_tis_cap if config.rl_temperature != 1.0 else None,
         dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
     trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract, engine=policy)
     history = trainer.run(progress=config.progress)
