@@ -177,7 +177,7 @@ class TrainConfig:
     verified-correct leaves; when `loop_verifier.model` is set it values every iteration's search."""
     scorer: str | None = None
     """A scorer folder (`planner.load_scorer`: its scorer.json names the format), e.g. the generative verifier
-    that `rl/verifier_lm.py` trains: it values beam/DVTS/MCTS in every iteration, in place of the verifier
+    that `scripts/lab/verifier_lm.py` trains: it values beam/DVTS/MCTS in every iteration, in place of the verifier
     oracle (first iteration) and the critic (`critic.use_as_scorer`). None: those two."""
     device: str = "auto"
     """Where the learner's models live: "auto" (CUDA when available, else the CPU), "cpu", "cuda", "cuda:1"."""

@@ -81,7 +81,7 @@ class SFTConfig:
     forward of time."""
     threads: int | None = 1
     """torch CPU threads during training (>= 1), restored afterwards; None leaves the setting alone.
-    One thread by default: two threads on two busy cores can be many times slower (DESIGN)."""
+    One thread by default: two threads on two busy cores can be many times slower."""
     progress: bool = True
     """Show a tqdm progress bar."""
 

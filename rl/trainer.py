@@ -67,7 +67,7 @@ class SearchTrainer:
     def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, resume: bool = False,
                  engine=None) -> None:
         """engine: a running `Policy` that already holds config.model's weights, to use instead of starting one
-        (several runs in one process share it: rl/comparison.py)."""
+        (several runs in one process share it: scripts/lab/comparison.py)."""
         if not problems:
             raise ValueError("SearchTrainer needs at least one problem to train on")
         distributed.init_from_environment()  # launched by torchrun: one learner rank per process

@@ -4,8 +4,7 @@ One line per tree (`SearchTree.to_dict`, whose nodes hold the exact sampled toke
 log-probabilities and the leaves' verifier rewards), tagged with the policy version that grew it (the
 trainer's iteration: the weights the engine sampled with) and the problem it answers (id, question,
 reference, task). So one run's trees feed DPO from sibling pairs (`rl.dpo`), rejection-sampling SFT
-(`rl.rs_sft`), the outcome reward model (`rl.reward_model`) and PRM training later, as DESIGN.md's
-"Trees as data" asks.
+(`rl.rs_sft`), the outcome reward model (`rl.reward_model`) and PRM training later.
 
 Why JSONL and not Parquet: a tree is a nested, variable-size record that is written one at a time
 while training and read back one at a time; a line of JSON appends in O(1), survives a killed run

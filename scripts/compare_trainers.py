@@ -1,5 +1,5 @@
 """DPO from tree pairs, rejection-sampling SFT and GRPO from the same trees at equal generated tokens,
-and the outcome reward model as a best-of-N reranker against majority vote (library: rl/comparison.py).
+and the outcome reward model as a best-of-N reranker against majority vote (library: scripts/lab/comparison.py).
 
     nice -n 10 python scripts/compare_trainers.py --doc          # the measurement in docs/results.md
     python scripts/compare_trainers.py --doc rl_variants --reward_model false --output_dir runs/rl_variants \\

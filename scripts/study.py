@@ -1,4 +1,4 @@
-"""The value study (rl/study.py): values graded against the process oracle, search against best-of-N at
+"""The value study (scripts/lab/study.py): values graded against the process oracle, search against best-of-N at
 equal FLOPs, and budget forcing with and without self-correction traces, on the embedded task.
 
     python scripts/study.py --doc                        # about an hour on 2 cores; docs/results.md

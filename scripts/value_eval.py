@@ -12,7 +12,7 @@ over problems. Writes `values.csv`, `values.json` and `sibling_accuracy.png` to 
 Scorers: random; confidence and confidence_min (the policy's own step log-probabilities, their mean
 or their least, free); mcK (Monte-Carlo majority agreement of K rollouts, no reference); critic (a
 ValueCritic folder, --critic); prm (a process reward model folder of rl/prm.py, --prm); verifier (a
-generative verifier folder of rl/verifier_lm.py, --verifier).
+generative verifier folder of scripts/lab/verifier_lm.py, --verifier).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def parse(argv):
     parser.add_argument("--policy", required=True, help="the policy folder whose steps are graded")
     parser.add_argument("--critic", help="a ValueCritic folder (for the 'critic' scorer)")
     parser.add_argument("--prm", help="a process reward model folder (rl/prm.py's save_pretrained) for the 'prm' scorer")
-    parser.add_argument("--verifier", help="a generative verifier folder (rl/verifier_lm.py) for the 'verifier' scorer")
+    parser.add_argument("--verifier", help="a generative verifier folder (scripts/lab/verifier_lm.py) for the 'verifier' scorer")
     parser.add_argument("--scorers", nargs="+", default=["random", "confidence", "mc4"],
                         help="which to grade: random, confidence, confidence_min, mcK (K rollouts), critic, prm, "
                              "verifier")

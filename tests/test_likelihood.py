@@ -1,4 +1,4 @@
-"""The generative verifier (planner/likelihood.py) and its trainer (rl/verifier_lm.py)."""
+"""The generative verifier (planner/likelihood.py) and its trainer (scripts/lab/verifier_lm.py)."""
 
 from __future__ import annotations
 

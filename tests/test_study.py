@@ -1,4 +1,4 @@
-"""The value study (rl/study.py, rl/study_report.py): its verdicts on hand-made curves, and every stage at
+"""The value study (scripts/lab/study.py, scripts/lab/study_report.py): its verdicts on hand-made curves, and every stage at
 a smoke-test size."""
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class ColdStartResult:
 
 COLD_START_SFT = SFTConfig(lr=3e-3, batch_size=32, max_steps=700, warmup_steps=20, schedule="cosine",
                            min_lr_ratio=0.05, eval_every=25)
-"""The cold start's SFT settings: DESIGN's recipe (AdamW lr 3e-3) at batch 32, which reached the target
+"""The cold start's SFT settings: the recipe AdamW lr 3e-3 at batch 32, which reached the target
 on fewer examples than batch 64 or 16 (docs/benchmarks.md, "Cold start"), with a cosine decay over 700
 steps (~4 min on an idle core). Training normally stops on the pass-rate target before max_steps."""
 

@@ -114,7 +114,7 @@ def write_report(summary: dict, out: Path) -> Path:
                          f"{_flops(b['flops_per_problem'])} | {_accuracy(a)} | {_fmt(a.get('tokens_per_problem'), 0)} "
                          f"| {_flops(a.get('flops_per_problem'))} |")
     verifier = summary["verifier"]
-    lines += ["", f"Beam and MCTS are valued by the generative verifier (rl/verifier_lm.py: {verifier['parameters']:,} "
+    lines += ["", f"Beam and MCTS are valued by the generative verifier (scripts/lab/verifier_lm.py: {verifier['parameters']:,} "
               f"parameters, {verifier['steps']} SFT steps in {verifier['seconds']:.0f} s), before RL, during RL's "
               "searches and after; its forward passes count in the FLOPs.", ""]
     for phase in ("before_rl", "after_rl"):

@@ -1,7 +1,7 @@
 """The value study on the embedded arithmetic task: which value ranks the steps search compares, whether
 search guided by it beats sampling at equal FLOPs, and whether budget forcing buys accuracy.
 
-Stages (each writes its CSV under `output_dir`; `rl/study_report.py` turns them into plots and the
+Stages (each writes its CSV under `output_dir`; `scripts/lab/study_report.py` turns them into plots and the
 "Values that guide search" section of docs/results.md):
 
 1. **policies**: the cold start (`lab.cold_start`, or `policy` when given) and a second cold start whose
@@ -10,7 +10,7 @@ Stages (each writes its CSV under `output_dir`; `rl/study_report.py` turns them 
    training problems (never the held-out ones), labelled by Monte-Carlo rollouts checked against the
    reference (Math-Shepherd's soft labels, `prm_labels="mc"`) or by the process oracle (`"oracle"`:
    the labels' noise-free limit).
-3. **a generative verifier** (`rl/verifier_lm.py`): a separate small LM trained to convergence on the
+3. **a generative verifier** (`scripts/lab/verifier_lm.py`): a separate small LM trained to convergence on the
    gold traces of training problems (or `verifier` when given).
 4. **values graded** (`planner/value_eval.py`) on held-out sibling sets, several sampling seeds: random,
    the policy's step confidence, Monte-Carlo-k, the PRM, the verifier, and a trained critic when one is

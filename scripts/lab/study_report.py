@@ -1,4 +1,4 @@
-"""The value study's outputs (rl/study.py): the graded values as files, and the "Values that guide search"
+"""The value study's outputs (scripts/lab/study.py): the graded values as files, and the "Values that guide search"
 section of docs/results.md with each of issue 13's targets stated as met or not."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def section_body(summary: dict, command: str, machine: str, artifacts: str) -> s
              f"{c['train_problems']} training problems, labelled by "
              + ("Monte-Carlo rollouts against the reference" if c["prm_labels"] == "mc" else "the process oracle")
              + f" (label mean {prm['label_mean']:.2f}), {c['prm_epochs']} epochs in {prm['seconds']:.0f} s. The "
-             f"generative verifier (`rl/verifier_lm.py`, `{summary['verifier']['folder']}`): a separate LM of "
+             f"generative verifier (`scripts/lab/verifier_lm.py`, `{summary['verifier']['folder']}`): a separate LM of "
              f"{summary['verifier']['parameters']:,} parameters trained to convergence on gold traces of training "
              "problems, scoring a prefix by its probability of the least likely response token.", "",
              "### Sibling ranking and the other value metrics", "",
