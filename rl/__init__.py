@@ -2,8 +2,9 @@
 
 from rl.advantages import broadcast_to_tokens, gae, nonzero_variance_groups
 from rl.batch import RolloutBatch, Row, batch_from_trees, monte_carlo_values, reward_leaves
-from rl.config import TREE_STRATEGIES, CriticConfig, TrainConfig
+from rl.config import TREE_STRATEGIES, CriticConfig, LoopVerifierConfig, TrainConfig
 from rl.critic import ValueCritic
+from rl.loop_verifier import LoopVerifier
 from rl.dpo import DPOConfig, OnlineDPO, train_dpo_offline
 from rl.dpo_losses import dpo_loss
 from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs, Advantages, estimate
@@ -18,7 +19,7 @@ from rl.trainer import SearchTrainer
 from rl.tree_store import StoredTree, TreeStore
 
 __all__ = [
-    "SearchTrainer", "TrainConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic",
+    "SearchTrainer", "TrainConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic", "LoopVerifierConfig", "LoopVerifier",
     "RolloutBatch", "Row", "batch_from_trees", "reward_leaves", "monte_carlo_values",
     "ADVANTAGE_ESTIMATORS", "AdvantageInputs", "Advantages", "estimate",
     "broadcast_to_tokens", "nonzero_variance_groups", "gae",
