@@ -19,7 +19,7 @@ What a sandboxed program gets, in the strongest mode this machine allows (`sandb
   the same resource limits and, as root, the same per-run user id; a host work dir as HOME and
   TMPDIR; an in-process guard on Python's socket constructors (ctypes gets around it). Host files
   stay readable (the datasets included), ``/proc`` shows the host. As root, files the run left in
-  ``/tmp``, ``/var/tmp`` and ``/dev/shm`` and processes it detached are removed afterwards (they
+  ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` and processes it detached are removed afterwards (they
   are owned by the run's user id); writes are bounded per file only (RLIMIT_FSIZE). Not root:
   no process limit, and nothing is cleaned beyond the work dir.
 
@@ -378,7 +378,7 @@ def _kill_user(uid: int) -> None:
 
 def _remove_leftovers(uid: int) -> None:
     """Remove what ``uid`` created in the world-writable temporary directories (fallback mode)."""
-    for directory in dict.fromkeys((tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm")):
+    for directory in dict.fromkeys((tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm", "/run/lock")):
         try:
             entries = list(os.scandir(directory))
         except OSError:
