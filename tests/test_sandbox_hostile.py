@@ -351,7 +351,7 @@ def host(tmp_path_factory):
 
 
 def _arrivals(host) -> list[str]:
-    """What reached the listeners since the last call (drained, so one leak fails one attempt only)."""
+    """What reached the listeners since the last call (and drain them)."""
     arrived = []
     for listener in host["sockets"]:
         while True:
@@ -401,6 +401,7 @@ def test_attempt_forges_nothing_sees_nothing_leaves_nothing(name, host):
     test_marker = "TEST-" + uuid.uuid4().hex
     result = judge_humaneval(ROW["prompt"], attempt.body + attack, ROW["test"] + f"\n# {test_marker}\n",
                              ROW["entry_point"], LIMITS)
+    arrived = _arrivals(host)  # drained before any assertion, so one leak fails one attempt only
 
     assert result.status == attempt.expect, (name, result)
     seen = result.candidate_stdout + result.candidate_stderr
@@ -409,7 +410,7 @@ def test_attempt_forges_nothing_sees_nothing_leaves_nothing(name, host):
                  host["canary"], host["secret"], *host_names):
         assert leak not in seen, (name, leak, seen[-2000:])
     # Nothing reached the host ...
-    assert _arrivals(host) == [], name
+    assert arrived == [], name
     assert host["holder"].poll() is None and socket.gethostname() == host["hostname"]
     assert Path(f"/proc/{host['holder'].pid}/status").read_text().split("State:")[1].split()[0] != "T"
     # ... and nothing of the run is left on it.

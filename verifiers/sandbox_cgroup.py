@@ -134,11 +134,6 @@ class RunCgroup:
         """The ``cgroup.procs`` files the sandbox's first process writes itself into."""
         return [os.path.join(path, "cgroup.procs") for path in self.dirs]
 
-    def peak_memory_bytes(self) -> int:
-        """The most memory the run's tree held at once (``memory.max_usage_in_bytes``)."""
-        with open(os.path.join(self.dirs[0], "memory.max_usage_in_bytes")) as f:
-            return int(f.read())
-
     def remove(self, wait_s: float = 2.0) -> None:
         """Remove both cgroups (they empty as soon as the run's processes are reaped)."""
         deadline = time.monotonic() + wait_s
