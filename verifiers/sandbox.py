@@ -290,7 +290,10 @@ class Sandbox:
                 _remove_leftovers(self.uid)
         finally:
             if self.cgroup is not None:
-                self.cgroup.remove()
+                try:
+                    self.cgroup.remove()
+                except OSError as exc:  # a process stuck in the kernel; removed as stale by a later process
+                    warnings.warn(f"verifiers.sandbox: run cgroup not removed yet: {exc}", RuntimeWarning)
             if self.uid is not None:
                 _UIDS.release(self.uid)
             if self.host_dir is not None:
