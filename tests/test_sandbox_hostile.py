@@ -157,7 +157,7 @@ _show("work", lambda: os.listdir("/work"))
 import glob
 for path in glob.glob("/proc/*/cmdline") + glob.glob("/proc/*/environ") + glob.glob("/proc/*/fd/*"):
     _show(path, lambda: open(path, "rb").read(100_000))
-"""),
+""", needs_root=True),
     # ---- sockets
     "tcp to a host listener on loopback": Attempt(_SHOW + """
 import socket
@@ -224,7 +224,7 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
     for part in ("environ", "maps", "mem", "stack", "syscall"):
         _show(pid + part, lambda: open("/proc/%s/%s" % (pid, part), "rb").read(4096))
 _show("secret pid", lambda: open("/proc/%SECRETPID%/environ", "rb").read())
-"""),
+""", needs_root=True),
     "host mounts in /proc/self/mountinfo": Attempt(_SHOW + """
 _show("mounts", lambda: open("/proc/self/mountinfo").read())
 """, needs_namespaces="rlimits fallback: the host's mount table is this process's (no mount namespace)"),
@@ -284,7 +284,7 @@ _show("dir", lambda: os.makedirs("/tmp/%MARKER%-dir/deep"))
     "POSIX shared memory": Attempt(_SHOW + """
 from multiprocessing import shared_memory
 _show("shm", lambda: shared_memory.SharedMemory(name="%MARKER%", create=True, size=1 << 20).name)
-"""),
+""", needs_root=True),
     "SysV shared memory": Attempt(_SHOW + """
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)

@@ -19,9 +19,10 @@ What a sandboxed program gets, in the strongest mode this machine allows (`sandb
   the same resource limits and, as root, the same per-run user id; a host work dir as HOME and
   TMPDIR; an in-process guard on Python's socket constructors (ctypes gets around it). Host files
   stay readable (the datasets included), ``/proc`` shows the host. As root, files the run left in
-  ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` and processes it detached are removed afterwards (they
-  are owned by the run's user id); writes are bounded per file only (RLIMIT_FSIZE). Not root:
-  no process limit, and nothing is cleaned beyond the work dir.
+  ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` and processes it detached are removed
+  afterwards (they are owned by the run's user id); writes are bounded per file only
+  (RLIMIT_FSIZE). Not root:
+  no process limit, memory bounded per process only, and nothing is cleaned beyond the work dir.
 
 Every mode: a scrubbed environment, ``python -I``, resource limits (CPU seconds, address space,
 file size, no core files), no_new_privs, the run's own process group killed with SIGKILL when
@@ -249,7 +250,7 @@ def namespaces_available() -> bool:
 
 def _rlimits(mode: str, limits: SandboxLimits, as_root: bool) -> dict[str, int]:
     mib = 1024 * 1024
-    if mode == "cgroup":
+    if mode == "cgroup" or not as_root:  # not root: no process count to split over, so per process only
         processes, address_space = limits.max_processes, limits.memory_mb
     else:
         processes = max(1, min(limits.max_processes, limits.memory_mb // SPLIT_PROCESS_MB))
