@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import verifiers.sandbox as sandbox_module
 from verifiers.code import extract_code, humaneval_program, run_code, run_many
-from verifiers.sandbox import SandboxLimits, namespaces_available
+from verifiers.sandbox import SandboxLimits
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 AS_ROOT = os.geteuid() == 0
@@ -145,7 +144,7 @@ def test_fork_bomb_contained():
     assert _wait_gone(marker) == []  # ... and none survived
 
 
-@pytest.mark.skipif(not namespaces_available(), reason="needs a PID namespace (unshare) to reap detached children")
+@pytest.mark.skipif(not AS_ROOT, reason="not root: no PID namespace and no per-run user id to reap detached children by")
 def test_detached_children_killed_when_program_exits():
     marker = _marker()
     wait_ready = "deadline = time.time() + 2\nwhile len(os.listdir('.')) < 4 and time.time() < deadline:\n    time.sleep(0.01)\nprint('ready', len(os.listdir('.')))"
@@ -157,7 +156,7 @@ def test_detached_children_killed_when_program_exits():
 
 
 def test_socket_guard_without_network_namespace(monkeypatch):
-    monkeypatch.setattr(sandbox_module, "namespaces_available", lambda: False)
+    monkeypatch.setenv("VERIFIERS_SANDBOX_MODE", "rlimits")
     result = run_code("import socket\nsocket.socket()\nprint('OPENED')", FAST)
     assert result.status == "error" and "network access is disabled" in result.stderr
 
@@ -184,7 +183,9 @@ def test_writes_outside_workdir_denied():
     targets = [f"/etc/verifiers-probe-{uuid.uuid4().hex[:8]}", os.path.join(home, f"verifiers-probe-{uuid.uuid4().hex[:8]}")]
     for target in targets:
         result = run_code(f"open({target!r}, 'w').write('pwned')\nprint('WROTE')", FAST)
-        assert result.status == "error" and "WROTE" not in result.stdout and "Permission" in result.stderr
+        # PermissionError in the rlimits fallback; with namespaces the path does not exist (or is read-only).
+        assert result.status == "error" and "WROTE" not in result.stdout, result
+        assert any(e in result.stderr for e in ("PermissionError", "FileNotFoundError", "Read-only file system"))
         assert not os.path.exists(target)
     # Writing inside its own working directory (also its HOME) is allowed.
     assert run_code("import os\nopen(os.path.expanduser('~/x'), 'w').write('ok')\nprint(open('x').read())", FAST).stdout == "ok\n"

@@ -177,6 +177,23 @@ def test_correct_passes_wrong_fails_and_infinite_loop_times_out():
         judge_humaneval(row["prompt"], b"x", row["test"], row["entry_point"])
 
 
+def test_a_prompt_or_test_that_cannot_run_by_itself_gets_a_clear_error():
+    # Before: `def add(a, b):\n` as the prompt came back as status "error", detail "channel closed".
+    test = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
+    with pytest.raises(ValueError, match="the prompt does not compile on its own .*docstring or a `...` body"):
+        judge_humaneval("def add(a, b):\n", "    return a + b\n", test, "add", FAST)
+    with pytest.raises(ValueError, match="the test does not compile on its own"):
+        judge_humaneval("def add(a, b):\n    ...\n", "    return a + b\n", "def check(candidate)\n", "add", FAST)
+    with pytest.raises(ValueError, match="defines no top-level `def check"):
+        judge_humaneval("def add(a, b):\n    ...\n", "    return a + b\n", "assert True\n", "add", FAST)
+    with pytest.raises(ValueError, match="not a Python identifier"):
+        judge_humaneval("def add(a, b):\n    ...\n", "    return a + b\n", test, "add(", FAST)
+    # A prompt that compiles but fails in the judge is named too, not a closed channel.
+    result = judge_humaneval("import not_a_module_anywhere\ndef add(a, b):\n    ...\n", "    return a + b\n", test, "add", FAST)
+    assert result.status == "error" and "prompt raised ModuleNotFoundError in the judge" in result.detail, result
+    assert judge_humaneval("def add(a, b):\n    ...\n", "    return a + b\n", test, "add", FAST).passed
+
+
 def test_helpers_from_the_prompt_and_calls_by_name():
     # HumanEval/38's check uses the prompt's encode_cyclic in the judge; HumanEval/33's check calls
     # sort_third by name, which the judge binds to the same proxy as `candidate`.

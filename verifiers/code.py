@@ -13,8 +13,6 @@ in a separate judge process that holds only the dataset's trusted code.
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -24,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from verifiers.code_judge import candidate_program, judge_humaneval
-from verifiers.sandbox import SandboxLimits, kill_group, launch, make_workdir, read_truncated, sandbox_user
+from verifiers.sandbox import SandboxLimits, launch, read_truncated
 
 __all__ = [
     "SandboxResult",
@@ -61,11 +59,18 @@ class SandboxResult:
         return self.status == "passed"
 
 
-# Tail of the sandbox prelude: the untrusted main.py as __main__ in this same interpreter.
+# Tail of the sandbox setup: the untrusted program arrives on stdin (no size limit, unlike the command
+# line), becomes main.py in the work dir and runs as __main__ in this same interpreter, stdin at EOF.
 _RUN_MAIN = r"""
+program = sys.stdin.buffer.read()
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+with open("main.py", "wb") as _main:
+    _main.write(program)
 sys.argv = ["main.py"]
 sys.path.insert(0, cfg["workdir"])
-del cfg, json
+del cfg, json, program, _null, _main
 import runpy
 runpy.run_path("main.py", run_name="__main__")
 """
@@ -91,30 +96,19 @@ def run_code(program: str, limits: SandboxLimits | None = None) -> SandboxResult
         raise TypeError(f"run_code: program must be Python source as a str, got {type(program).__name__}; "
                         "decode bytes first (program.decode('utf-8'))")
     limits = limits or SandboxLimits()
-    workdir = make_workdir(writable=True)
-    try:
-        main = os.path.join(workdir, "main.py")
-        with open(main, "w", encoding="utf-8") as f:
-            f.write(program)
-        user = sandbox_user()
-        if user is not None:
-            os.chown(main, *user)
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            start = time.monotonic()
-            proc = launch(_RUN_MAIN, workdir, limits, stdout=out, stderr=err)
+    with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        source.write(program.encode("utf-8", errors="surrogatepass"))
+        source.seek(0)
+        start = time.monotonic()
+        with launch(_RUN_MAIN, limits, writable=True, stdin=source, stdout=out, stderr=err) as box:
             try:
-                returncode = proc.wait(timeout=limits.timeout_s)
+                returncode = box.proc.wait(timeout=limits.timeout_s)
                 timed_out = False
             except subprocess.TimeoutExpired:
                 timed_out = True
-            kill_group(proc.pid)  # also reaps background children left by a finished program
-            if timed_out:
-                proc.wait()
             seconds = time.monotonic() - start
-            stdout = read_truncated(out, limits.max_output_chars)
-            stderr = read_truncated(err, limits.max_output_chars)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        stdout = read_truncated(out, limits.max_output_chars)
+        stderr = read_truncated(err, limits.max_output_chars)
     if timed_out:
         return SandboxResult("timeout", None, stdout, stderr, seconds)
     return SandboxResult(_classify(returncode, stderr), returncode, stdout, stderr, seconds)

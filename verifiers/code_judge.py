@@ -19,13 +19,15 @@ sandboxed processes (`verifiers.sandbox`, each in its own namespaces when availa
   frames on its pipe can only make calls fail.
 
 The parent (`judge_humaneval`) starts both, bounds the whole run by ``limits.timeout_s``, reads
-the judge's verdict from a pipe only the judge holds, and kills both process groups.
+the judge's verdict from a pipe only the judge holds, and kills both runs.
 
-As root both processes run as ``nobody`` and the judge reads nothing from disk that ``nobody``
-can write (its working directory is root-owned, its interpreter starts with ``-I -S -B``).
-Without root both run as the calling user: the judge is still non-dumpable and gets its code
-on stdin, but a candidate could then rewrite files that user owns, the interpreter's own files
-included when they live in that user's home (a venv): run as root for a verdict that holds.
+As root the two run under different user ids of their own, each in its own namespaces (when
+available): the candidate cannot see the judge's process, files or memory, nor the dataset (its
+canonical solutions included), and the judge reads nothing from disk the candidate can write
+(its interpreter starts with ``-I -S -B``). Without root both run as the calling user: the judge
+is still non-dumpable and gets its code on stdin, but a candidate could then rewrite files that
+user owns, the interpreter's own files included when they live in that user's home (a venv):
+run as root for a verdict that holds.
 
 One HumanEval quirk is handled explicitly: HumanEval/33's ``check`` calls the function by its
 name (``sort_third``) as well as through ``candidate``; in the judge that name is bound to the
@@ -34,10 +36,10 @@ same proxy, which is what the original harness meant (the name is the completed 
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
 import os
-import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -45,7 +47,7 @@ from pathlib import Path
 from typing import Literal
 
 from verifiers import code_protocol
-from verifiers.sandbox import SandboxLimits, kill_group, launch, make_workdir, read_truncated
+from verifiers.sandbox import SandboxLimits, launch, read_truncated
 
 __all__ = ["JudgeResult", "candidate_program", "judge_humaneval"]
 
@@ -87,9 +89,15 @@ def candidate(*args, **kwargs):
     raise failure
 
 namespace = {"__name__": "__main__"}
-exec(compile(job["prompt"], "<prompt>", "exec"), namespace)
-namespace[job["entry_point"]] = candidate
-exec(compile(job["test"], "<test>", "exec"), namespace)
+for part in ("prompt", "test"):  # trusted, compiled by the caller already; report what else stops them
+    try:
+        exec(compile(job[part], f"<{part}>", "exec"), namespace)
+    except BaseException as exc:
+        proto.write_message(verdict_fd, {"verdict": "error", "calls": 0, "detail":
+            f"the problem's {part} raised {type(exc).__name__} in the judge: {str(exc)[:300]}"})
+        os._exit(0)
+    if part == "prompt":
+        namespace[job["entry_point"]] = candidate  # replaces the prompt's stub; HumanEval/33's check calls it by name
 try:
     namespace["check"](candidate)
     verdict, detail = ("failed", state["failure"]) if state["failure"] else ("passed", "")
@@ -177,17 +185,44 @@ def _stdin_file(job: dict):
     return handle
 
 
+def _check_trusted_parts(prompt: str, test: str, entry_point: str) -> None:
+    """Raise ValueError naming the problem and the fix when the dataset's side cannot be judged.
+
+    The judge runs the prompt by itself (for its helpers and imports) and then the test, so each
+    must compile on its own and the test must define ``check``; otherwise every completion would
+    come back as an unexplained error.
+    """
+    if not entry_point.isidentifier():
+        raise ValueError(f"judge_humaneval: entry_point {entry_point[:80]!r} is not a Python identifier; "
+                         "pass the name of the function the prompt defines (the HumanEval row's entry_point)")
+    for name, text in (("prompt", prompt), ("test", test)):
+        try:
+            tree = ast.parse(text, filename=f"<{name}>")
+        except SyntaxError as exc:
+            raise ValueError(
+                f"judge_humaneval: the {name} does not compile on its own ({exc.msg}, line {exc.lineno}); the judge "
+                f"runs it without the completion, so it must be valid Python by itself, as HumanEval's are "
+                + ("(the signature with its docstring): pass the dataset row's prompt, or give the "
+                   "signature a docstring or a `...` body" if name == "prompt" else
+                   "(assertions in a `def check(candidate):`): pass the dataset row's test")) from None
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body):
+        raise ValueError("judge_humaneval: the test defines no top-level `def check(candidate):`; "
+                         "pass the HumanEval row's test, whose check the judge calls with the completion")
+
+
 def judge_humaneval(prompt: str, completion: str, test: str, entry_point: str,
                     limits: SandboxLimits | None = None) -> JudgeResult:
     """Judge ``completion`` against a HumanEval problem's own ``check`` (see the module docstring).
 
-    Never raises on anything the completion does; raises TypeError naming the argument when one
-    of the four texts is not a str.
+    Never raises on anything the completion does. Raises TypeError naming the argument when one
+    of the four texts is not a str, and ValueError naming the fix when the prompt or the test
+    cannot run by itself or the test has no ``check`` (`_check_trusted_parts`).
     """
     for name, value in (("prompt", prompt), ("completion", completion), ("test", test), ("entry_point", entry_point)):
         if not isinstance(value, str):
             raise TypeError(f"judge_humaneval: {name} must be a str, got {type(value).__name__}; "
                             "pass the HumanEval row's text fields")
+    _check_trusted_parts(prompt, test, entry_point)
     limits = limits or SandboxLimits()
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
@@ -200,34 +235,28 @@ def judge_humaneval(prompt: str, completion: str, test: str, entry_point: str,
                 open_fds.discard(fd)
                 os.close(fd)
 
-    judge_dir, candidate_dir = make_workdir(writable=False), make_workdir(writable=True)
-    processes: list[subprocess.Popen] = []
     start = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as judge_err, \
             _stdin_file({"prompt": prompt, "test": test, "entry_point": entry_point}) as judge_in, \
             _stdin_file({"program": candidate_program(prompt, completion, entry_point), "entry_point": entry_point}) as candidate_in:
         try:
-            processes.append(launch(
-                _JUDGE_TAIL, judge_dir, limits, python_flags=("-I", "-S", "-B"), non_dumpable=True,
-                config={"request_fd": request_w, "reply_fd": reply_r, "verdict_fd": verdict_w},
-                stdin=judge_in, stderr=judge_err, pass_fds=(request_w, reply_r, verdict_w)))
-            processes.append(launch(
-                _CANDIDATE_TAIL, candidate_dir, limits, config={"request_fd": request_r, "reply_fd": reply_w},
-                stdin=candidate_in, stdout=out, stderr=err, pass_fds=(request_r, reply_w)))
-            close(request_r, request_w, reply_r, reply_w, verdict_w)  # EOF on verdict_r when the judge dies
-            try:
-                verdict = code_protocol.read_message(verdict_r, deadline=start + limits.timeout_s)
-            except code_protocol.ProtocolError as exc:
-                verdict = {"verdict": "timeout" if time.monotonic() - start >= limits.timeout_s else "error",
-                           "detail": f"no verdict from the judge: {exc}"}
+            with contextlib.ExitStack() as boxes:  # leaving it kills both runs and frees what they held
+                boxes.enter_context(launch(
+                    _JUDGE_TAIL, limits, writable=False, python_flags=("-I", "-S", "-B"), non_dumpable=True,
+                    config={"request_fd": request_w, "reply_fd": reply_r, "verdict_fd": verdict_w},
+                    stdin=judge_in, stderr=judge_err, pass_fds=(request_w, reply_r, verdict_w)))
+                boxes.enter_context(launch(
+                    _CANDIDATE_TAIL, limits, writable=True, config={"request_fd": request_r, "reply_fd": reply_w},
+                    stdin=candidate_in, stdout=out, stderr=err, pass_fds=(request_r, reply_w)))
+                close(request_r, request_w, reply_r, reply_w, verdict_w)  # EOF on verdict_r when the judge dies
+                try:
+                    verdict = code_protocol.read_message(verdict_r, deadline=start + limits.timeout_s)
+                except code_protocol.ProtocolError as exc:
+                    verdict = {"verdict": "timeout" if time.monotonic() - start >= limits.timeout_s else "error",
+                               "detail": f"no verdict from the judge: {exc}"}
+                seconds = time.monotonic() - start
         finally:
-            for proc in processes:
-                kill_group(proc.pid)
-                proc.wait()
             close(*list(open_fds))
-            shutil.rmtree(judge_dir, ignore_errors=True)
-            shutil.rmtree(candidate_dir, ignore_errors=True)
-        seconds = time.monotonic() - start
         status = verdict.get("verdict")
         if status not in ("passed", "failed", "timeout", "error"):
             status = "error"
