@@ -14,7 +14,6 @@ it also writes its section of docs/results.md and copies the plots, CSVs and sum
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shutil
 import sys
@@ -27,10 +26,10 @@ TINY = dict(seeds=[0], token_budget=2500, evals=1, prompts_per_iteration=4, simu
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rl.cli import add_dataclass_arguments, dataclass_from_args
+    from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
     from rl.comparison import ComparisonConfig
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--tiny", action="store_true", help="every stage at the smoke-test size (TINY)")
     parser.add_argument("--doc", nargs="?", const="trainers", choices=["trainers", "rl_variants"],
                         help="write a section of docs/results.md and copy the artifacts to docs/img/: 'trainers' "

@@ -14,7 +14,6 @@ section of docs/results.md and copies the plots and CSVs to docs/img/study/.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -29,10 +28,10 @@ COPIED = {"values/sibling_accuracy.png": "sibling_accuracy.png", "values/values.
 
 
 def main(argv=None) -> int:
-    from rl.cli import add_dataclass_arguments, dataclass_from_args
+    from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
     from rl.study import TINY_STUDY, StudyConfig
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     add_dataclass_arguments(parser, StudyConfig)
     parser.add_argument("--tiny", action="store_true", help="every stage at a smoke-test size (TINY_STUDY)")
     parser.add_argument("--doc", action="store_true", help="write the section of docs/results.md and copy the "
