@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=at_least(1), help="solve only the first LIMIT problems")
     parser.add_argument("--strategy", choices=sorted(STRATEGIES), default="mcts", help="search strategy (default: mcts)")
     parser.add_argument("--budget", type=at_least(1), help="most generated tokens per problem (default: no limit)")
-    parser.add_argument("--budget-flops", type=at_least(1, float), help="most estimated FLOPs per problem (default: no limit)")
+    parser.add_argument("--budget-flops", type=at_least(1, float),
+                        help="most estimated FLOPs per problem (default: no limit)")
     parser.add_argument("--scorer", help="a PRM / value-critic folder (AutoModelForTokenClassification, num_labels=1); "
                                          "default: the Monte-Carlo majority-agreement scorer for beam, dvts, mcts")
     parser.add_argument("--squash", choices=["sigmoid", "clamp"], default="sigmoid",

@@ -17,7 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True, type=model_dir,
                         help="the policy folder whose trunk the reward model starts from")
-    parser.add_argument("--store", required=True, type=input_file, help="the JSONL tree store to read (rl/tree_store.py)")
+    parser.add_argument("--store", required=True, type=input_file,
+                        help="the JSONL tree store to read (rl/tree_store.py)")
     parser.add_argument("--output_dir", required=True, type=output_dir, help="where the reward model folder is saved")
     parser.add_argument("--min_version", type=int, default=None, help="only trees of policy versions >= this")
     parser.add_argument("--max_version", type=int, default=None, help="only trees of policy versions <= this")
