@@ -54,6 +54,10 @@ def parse(argv):
             parser.error(f"argument --scorers: unknown scorer {name!r}; choose from {', '.join(SCORERS)}")
         if name in FOLDER_OPTION and getattr(args, name) is None:
             parser.error(f"argument --scorers: the {name!r} scorer needs {FOLDER_OPTION[name]} FOLDER")
+        marker = {"prm": "prm.json", "verifier": "scorer.json"}.get(name)
+        if marker and not (Path(getattr(args, name)) / marker).is_file():
+            parser.error(f"argument {FOLDER_OPTION[name]}: {getattr(args, name)!r} has no {marker}: pass a folder "
+                         f"that {'rl/prm.py' if name == 'prm' else 'rl/verifier_lm.py'} saved")
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"argument --seeds: the seeds must be distinct; got {args.seeds}")
     return args

@@ -130,6 +130,7 @@ ROWS = [
     ("values-problems-negative", "size below its minimum", [*VALUES, "--problems", "-2"], "--problems"),
     ("values-scorer-unknown", "name not in its registry", [*VALUES, "--scorers", "bogus"], "--scorers"),
     ("values-critic-without-folder", "option combination", [*VALUES, "--scorers", "critic"], "--critic"),
+    ("values-prm-not-a-prm", "input path", [*VALUES, "--scorers", "prm", "--prm", "{model}"], "--prm"),
     ("values-out-is-a-file", "output path", [*VALUES, "--out", "{file}"], "--out"),
     ("values-candidates-one", "size below its minimum", [*VALUES, "--candidates", "1"], "--candidates"),
     # scaling.py, combine_scaling.py
