@@ -69,6 +69,7 @@ class SearchView(Policy):
         self.model_path = self.shared_policy.model_path
         self.tokenizer = self.shared_policy.tokenizer
         self.num_parameters = self.shared_policy.num_parameters
+        self.context_length = self.shared_policy.context_length
 
     @property
     def eos_token_ids(self) -> set[int]:

@@ -28,7 +28,7 @@ from planner.scorers import Scorer
 from planner.strategies import NEEDS_SCORER, STRATEGIES, make_config
 from planner.tree import SearchTree
 
-__all__ = ["Solution", "solve", "solve_batch", "prompt_ids_for"]
+__all__ = ["Solution", "solve", "solve_batch", "prompt_ids_for", "check_prompt_fits"]
 
 
 @dataclass
@@ -63,6 +63,17 @@ def prompt_ids_for(problem, policy, chat: bool = True, system: str | None = None
     return policy.encode_prompt(question, chat=chat, system=system)
 
 
+def check_prompt_fits(prompt_ids: Sequence[int], policy, which: str = "the prompt") -> None:
+    """Raise one clear ValueError when `prompt_ids` leave no room to generate in the policy's context
+    (`Policy.context_length`; nothing is checked when it is unknown). Past its context a model runs on
+    positions it never saw, slowly and to no use, so this is refused before any search starts."""
+    context = getattr(policy, "context_length", None)
+    if context is not None and len(prompt_ids) >= context:
+        raise ValueError(f"{which} is {len(prompt_ids)} tokens but the model's context is {context} tokens "
+                         f"({policy.model_path}), which leaves no room to generate: shorten the problem (or the "
+                         "system prompt), or use a model with a longer context (vLLM: a larger max_model_len)")
+
+
 def _default_scorer(policy, config) -> MonteCarloScorer:
     rollout_tokens = config.max_step_tokens * config.max_steps
     return MonteCarloScorer(policy, rollouts=4, max_tokens=rollout_tokens, temperature=config.temperature,
@@ -89,6 +100,7 @@ def solve(problem, policy, strategy: str = "mcts", scorer: Scorer | None = None,
     if scorer is None and strategy in NEEDS_SCORER:
         scorer = _default_scorer(policy, settings)
     prompt_ids = prompt_ids_for(problem, policy, chat=chat, system=system)
+    check_prompt_fits(prompt_ids, policy)
     result = STRATEGIES[strategy](prompt_ids, policy, scorer, as_budget(budget), settings, seed)
     return Solution(answer=result.answer, text=result.text, tree=result.tree, compute=result.compute,
                     strategy=strategy, leaf=result.leaf)
@@ -121,6 +133,9 @@ def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scor
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}; got {strategy!r}")
+    for i, problem in enumerate(problems):  # every prompt fits, before any search starts
+        check_prompt_fits(prompt_ids_for(problem, policy, chat=options.get("chat", True), system=options.get("system")),
+                          policy, f"problem {i}'s prompt")
     if not batched or len(problems) < 2:
         return [solve(p, policy, strategy, scorer, budget, seed=seed + i, **options)
                 for i, p in enumerate(problems)]

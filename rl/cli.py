@@ -3,6 +3,12 @@
 The docstring written below a dataclass field (as in `TrainConfig`) is the option's help text, so
 an option is documented once, in the code, and `--help` can never drift from it. Nested config
 dataclasses become dotted options: `--loss.epsilon_high 0.28`, `--critic.lr 1e-3`.
+
+Every script parses with `ArgumentParser`: bad input ends the program with one line that names the
+option, the problem and the fix, then "(see --help)", not the whole usage. The argparse types below
+(`output_dir`, `output_file`, `input_file`, `model_dir`, `at_least`) check a value when it is parsed,
+before any model loads, so the error names the option ("argument --out: ..."); config fields named in
+`PATH_FIELDS` get those checks in every script whose options come from a config dataclass.
 """
 
 from __future__ import annotations
@@ -13,9 +19,61 @@ import dataclasses
 import types
 import typing
 
+from planner import paths
 from planner.strategies.common import field_docs
 
-__all__ = ["add_dataclass_arguments", "dataclass_from_args"]
+__all__ = ["ArgumentParser", "PATH_FIELDS", "add_dataclass_arguments", "at_least", "dataclass_from_args", "input_file",
+           "model_dir", "output_dir", "output_file"]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, `prog: error: MESSAGE (see --help)`, with exit status 2:
+    the message is what matters; the usage of a script with a hundred options buries it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())} (see --help)\n")
+
+
+def _argument_type(check, label: str):
+    """An argparse type from a check that raises ValueError: argparse then says "argument --x: MESSAGE"."""
+    def convert(text: str):
+        try:
+            return check(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    convert.__name__ = label
+    return convert
+
+
+output_dir = _argument_type(lambda text: str(paths.check_output_dir(text, "the folder")), "output folder")
+"""An output folder: a folder, or one that can be made, and writable."""
+output_file = _argument_type(lambda text: str(paths.check_output_file(text, "the file")), "output file")
+"""An output file: not a folder; its folder exists or can be made, and is writable."""
+input_file = _argument_type(lambda text: str(paths.check_input_file(text, "the file")), "input file")
+"""An existing file to read."""
+model_dir = _argument_type(lambda text: str(paths.check_model_dir(text, "the folder")), "model folder")
+"""A model folder (a save_pretrained folder, with a config.json)."""
+
+
+def at_least(low: int | float, kind=int):
+    """An argparse type: a number (int by default) >= `low`."""
+    def check(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value >= low:
+            raise ValueError(f"must be {'an integer' if kind is int else 'a number'} >= {low}; got {text!r}")
+        return value
+    return _argument_type(check, f"number >= {low}")
+
+
+PATH_FIELDS = {"output_dir": output_dir, "tree_store": output_file}
+"""Config fields (of any config dataclass) that `add_dataclass_arguments` checks as paths when parsed."""
 
 
 def _is_callable(annotation) -> bool:
@@ -33,12 +91,20 @@ def _parser_for(annotation):
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
         kind, choices, nargs = _parser_for(inner[0])
-        return (lambda text: None if text.lower() == "none" else kind(text)), choices, nargs
+        return _optional(kind), choices, nargs
     if origin in (list, tuple):
         return args[0] if args else str, None, "+"
     if annotation is bool:
         return _boolean, None, None
     return annotation, None, None
+
+
+def _optional(kind):
+    """`kind`, or None for the text "none"."""
+    def convert(text: str):
+        return None if text.lower() == "none" else kind(text)
+    convert.__name__ = kind.__name__
+    return convert
 
 
 def _boolean(text: str) -> bool:
@@ -78,6 +144,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, prefix: str = 
         if _is_callable(annotation):  # functions (answer extraction, rewards) are set from Python, not flags
             continue
         kind, choices, nargs = _parser_for(annotation)
+        if f.name in PATH_FIELDS:
+            kind = _optional(PATH_FIELDS[f.name]) if type(None) in typing.get_args(annotation) else PATH_FIELDS[f.name]
         group.add_argument(f"--{prefix}{f.name}", dest=f"{prefix}{f.name}", type=kind, choices=choices,
                            nargs=nargs, default=argparse.SUPPRESS,
                            help=f"{docs.get(f.name, '')} (default: {default!r})")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from planner.paths import check_output_dir, check_output_file
 from planner.strategies import BeamConfig, BestOfNConfig, DVTSConfig, MCTSConfig, SearchConfig
 from rl.estimators import ADVANTAGE_ESTIMATORS, NEEDS_CRITIC
 from rl.kl import KL_ESTIMATORS
@@ -294,6 +295,9 @@ class TrainConfig:
         if self.loss.kl_kind not in KL_ESTIMATORS:
             _fail("TrainConfig", "loss.kl_kind", f"one of {list(KL_ESTIMATORS)}", self.loss.kl_kind)
         self._check_learner_options()
+        check_output_dir(self.output_dir, "TrainConfig.output_dir")  # before any work, not at the first write
+        if self.tree_store is not None:
+            check_output_file(self.tree_store, "TrainConfig.tree_store")
 
     def _check_learner_options(self) -> None:
         check_precision("TrainConfig", self.dtype, self.device)

@@ -12,7 +12,6 @@ summary.json), and different strategies are stacked; then results.csv, problems.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -59,9 +58,11 @@ def combine(folders: list[Path], rename: dict[str, str] | None = None) -> list[d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from rl.cli import ArgumentParser, output_dir
+
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", nargs="+", required=True, type=Path, help="scripts/scaling.py output folders")
-    parser.add_argument("--out", required=True, type=Path, help="folder for the combined outputs")
+    parser.add_argument("--out", required=True, type=output_dir, help="folder for the combined outputs")
     parser.add_argument("--rename", nargs="*", default=[], metavar="OLD=NEW",
                         help="show curve OLD as NEW, e.g. best_of_n=best_of_n_weighted; FOLDER/OLD=NEW renames it "
                              "only in the runs whose folder is named FOLDER, e.g. search_confidence/beam=beam_confidence")
@@ -70,14 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rename = dict(item.split("=", 1) for item in args.rename if "=" in item)
     if len(rename) != len(args.rename):
-        parser.error(f"--rename expects OLD=NEW pairs; got {args.rename}")
-    missing = [str(f) for f in args.runs if not (f / "results.csv").is_file()]
+        parser.error(f"argument --rename: expects OLD=NEW pairs; got {args.rename}")
+    missing = [str(f) for f in args.runs if not ((f / "results.csv").is_file() and (f / "summary.json").is_file())]
     if missing:
-        parser.error(f"not scaling outputs (no results.csv): {missing}")
+        parser.error(f"argument --runs: not scaling outputs (no results.csv and summary.json): {missing}")
 
     try:
         rows = combine(args.runs, rename)
-        write_outputs(rows, args.out, band=args.band)
+        write_outputs(rows, Path(args.out), band=args.band)
     except ValueError as error:
         parser.error(str(error))
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{strategy:>20} {p['size']:>6} {p['accuracy_mean']:.3f} ({p['accuracy_low']:.3f}-"
                   f"{p['accuracy_high']:.3f}) {p['problems']} problems x {p['seeds']} seeds "
                   f"{p['generated_tokens_per_problem_mean']:.0f} tokens {p['flops_per_problem_mean']:.3g} FLOPs")
-    print(f"wrote {args.out / 'results.csv'}, problems.csv, summary.json and the PNGs")
+    print(f"wrote {Path(args.out) / 'results.csv'}, problems.csv, summary.json and the PNGs")
     return 0
 
 

@@ -14,7 +14,6 @@ it also writes its section of docs/results.md and copies the plots, CSVs and sum
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shutil
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 from lab.comparison import ComparisonConfig, run_comparison
 from lab.comparison_report import SECTIONS, markdown, section_body
 from planner.logs import configure_logging
-from rl.cli import add_dataclass_arguments, dataclass_from_args
+from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(seeds=[0], token_budget=2500, evals=1, prompts_per_iteration=4, simulations=2, eval_problems=16,
@@ -32,7 +31,7 @@ TINY = dict(seeds=[0], token_budget=2500, evals=1, prompts_per_iteration=4, simu
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--tiny", action="store_true", help="every stage at the smoke-test size (TINY)")
     parser.add_argument("--doc", nargs="?", const="trainers", choices=["trainers", "rl_variants"],
                         help="write a section of docs/results.md and copy the artifacts to docs/img/: 'trainers' "

@@ -8,18 +8,17 @@ values graded -> runs/demo/report.md.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from pathlib import Path
 
 from lab.recipe import TINY, DemoConfig, run_demo
 from planner.logs import configure_logging
-from rl.cli import add_dataclass_arguments, dataclass_from_args
+from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--tiny", action="store_true", help="every stage at the smoke-test size (TINY)")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: one progress bar per stage, "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from planner.logs import configure_logging
 from planner.scaling_report import SIZE_KNOBS, curve
-from rl.cli import add_dataclass_arguments, dataclass_from_args
+from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args, output_dir
 
 
 
@@ -39,11 +39,10 @@ def _size_epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from planner.scaling import ScalingConfig
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_size_epilog(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True,
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_size_epilog())
+    parser.add_argument("--out", required=True, type=output_dir,
                         help="output folder for results.csv, problems.csv, summary.json and the PNGs")
-    parser.add_argument("--sizes", type=int, nargs="+", metavar="S",
+    parser.add_argument("--sizes", type=at_least(1), nargs="+", metavar="S",
                         help="sizes for every strategy that has no --size of its own")
     parser.add_argument("--size", action="append", default=[], metavar="STRATEGY=S1,S2,...",
                         help="sizes of one strategy, e.g. best_of_n=1,2,4,8,16 (repeatable)")

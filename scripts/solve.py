@@ -23,9 +23,9 @@ from planner.logs import configure_logging
 
 def build_parser() -> argparse.ArgumentParser:
     from planner.strategies import STRATEGIES, options_help
+    from rl.cli import ArgumentParser, at_least, output_dir, output_file
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=options_help(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=options_help())
     parser.add_argument("--model", required=True, help="policy model: a Hugging Face save_pretrained folder")
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf", help="policy backend (default: hf)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
@@ -35,10 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--problem", help="one problem text instead of a task")
     parser.add_argument("--path", help="the task's data: a local JSONL/CSV file or a Hugging Face dataset id "
                                        "(default: the task's copy in ../shared/data)")
-    parser.add_argument("--limit", type=int, help="solve only the first LIMIT problems")
+    parser.add_argument("--limit", type=at_least(1), help="solve only the first LIMIT problems")
     parser.add_argument("--strategy", choices=sorted(STRATEGIES), default="mcts", help="search strategy (default: mcts)")
-    parser.add_argument("--budget", type=int, help="most generated tokens per problem (default: no limit)")
-    parser.add_argument("--budget-flops", type=float, help="most estimated FLOPs per problem (default: no limit)")
+    parser.add_argument("--budget", type=at_least(1), help="most generated tokens per problem (default: no limit)")
+    parser.add_argument("--budget-flops", type=at_least(1, float),
+                        help="most estimated FLOPs per problem (default: no limit)")
     parser.add_argument("--scorer", help="a PRM / value-critic folder (AutoModelForTokenClassification, num_labels=1); "
                                          "default: the Monte-Carlo majority-agreement scorer for beam, dvts, mcts")
     parser.add_argument("--squash", choices=["sigmoid", "clamp"], default="sigmoid",
@@ -46,20 +47,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a strategy option (see below); VALUE is a Python literal or a plain string")
     parser.add_argument("--seed", type=int, default=0, help="search seed; problem i uses seed + i (default: 0)")
-    parser.add_argument("--replicas", type=int, default=1,
+    parser.add_argument("--replicas", type=at_least(1), default=1,
                         help="engine replicas: 1 = one engine in this process; N > 1 = an engine pool of N Ray actors "
                              "(a local Ray instance, or the cluster at $RAY_ADDRESS), one CPU (GPU when the cluster "
                              "has them) each; use it with --batch_size, since one search runs on one replica "
                              "(docs/scale-out.md) (default: 1)")
-    parser.add_argument("--batch_size", type=int, default=1,
+    parser.add_argument("--batch_size", type=at_least(1), default=1,
                         help="search this many problems together (planner.solve_batch: their engine calls merged, "
                              "so a pool's replicas run in parallel); samples then differ from one-by-one (default: 1)")
     parser.add_argument("--no-chat", action="store_true", help="do not wrap problems in the chat template")
     parser.add_argument("--system", help="system prompt for the chat template")
-    parser.add_argument("--out", help="write JSONL here (default: print to stdout)")
+    parser.add_argument("--out", type=output_file, help="write JSONL here (default: print to stdout)")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
-    parser.add_argument("--trees", help="save each search tree as JSON in this folder")
+    parser.add_argument("--trees", type=output_dir, help="save each search tree as JSON in this folder")
     return parser
 
 
@@ -100,12 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.path and not Path(args.path).exists() and Path(args.path).suffix:
         parser.error(f"--path {args.path!r}: no such file")
     options = parse_options(args.set, parser)
-    for name in ("replicas", "batch_size"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be an integer >= 1; got {getattr(args, name)}")
 
     from planner.policy import load_policy
     from planner.scorers import ModelScorer
+    from planner.solve import check_prompt_fits, prompt_ids_for
     from planner.strategies import make_config
 
     try:
@@ -125,6 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
 
     policy = load_policy(args.model, backend=args.backend, dtype=args.dtype, seed=args.seed, replicas=args.replicas)
+    try:  # every prompt fits the model's context, before any search
+        for i, problem in enumerate(problems):
+            check_prompt_fits(prompt_ids_for(problem, policy, chat=not args.no_chat, system=args.system), policy,
+                              f"problem {i}'s prompt" if task is not None else "the --problem prompt")
+    except ValueError as error:
+        policy.close()
+        parser.error(str(error))
     scorer = ModelScorer(args.scorer, squash=args.squash) if args.scorer else None
     out = open(args.out, "w") if args.out else sys.stdout
     try:

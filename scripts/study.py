@@ -14,7 +14,6 @@ section of docs/results.md and copies the plots and CSVs to docs/img/study/.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 from lab.study import StudyConfig, TINY_STUDY, run_study
 from lab.study_report import SECTION, section_body
 from planner.logs import configure_logging
-from rl.cli import add_dataclass_arguments, dataclass_from_args
+from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
 
 REPO = Path(__file__).resolve().parents[1]
 COPIED = {"values/sibling_accuracy.png": "sibling_accuracy.png", "values/values.csv": "values.csv",
@@ -34,7 +33,7 @@ COPIED = {"values/sibling_accuracy.png": "sibling_accuracy.png", "values/values.
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     add_dataclass_arguments(parser, StudyConfig)
     parser.add_argument("--tiny", action="store_true", help="every stage at a smoke-test size (TINY_STUDY)")
     parser.add_argument("--doc", action="store_true", help="write the section of docs/results.md and copy the "

@@ -18,25 +18,25 @@ import sys
 from pathlib import Path
 
 from planner.logs import configure_logging
-from rl.cli import add_dataclass_arguments, dataclass_from_args
+from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args
 from verifiers import load_task
 
 
 def build_parser() -> argparse.ArgumentParser:
     from rl.config import TrainConfig
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     data = parser.add_argument_group("data")
     data.add_argument("--task", required=True, help="task name (verifiers.TASKS): arithmetic, gsm8k, math500, "
                                                     "countdown, game24, humaneval")
     data.add_argument("--task_path", default=None, help="local file of the task (default: ../shared/data)")
     data.add_argument("--split", default="train", help="dataset split (default: train)")
-    data.add_argument("--limit", type=int, default=None, help="use only the first N problems")
+    data.add_argument("--limit", type=at_least(1), default=None, help="use only the first N problems")
     parser.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
-    parser.add_argument("--replicas", dest="engine_replicas", type=int, default=argparse.SUPPRESS, metavar="N",
+    parser.add_argument("--replicas", dest="engine_replicas", type=at_least(1), default=argparse.SUPPRESS, metavar="N",
                         help="the same as --engine_replicas (below): serving engines, N > 1 = an engine pool on Ray")
     add_dataclass_arguments(parser, TrainConfig)
     return parser

@@ -16,22 +16,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rl.cli import add_dataclass_arguments, dataclass_from_args
+from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args, input_file, model_dir, output_dir
 from tree_trainer_cli import run_online
 
 
 def offline_parser(doc: str) -> argparse.ArgumentParser:
     from rl.dpo import DPOConfig
 
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="the policy folder to train (and the reference with "
-                                                       "--dpo.reference model)")
-    parser.add_argument("--store", required=True, help="the JSONL tree store to read (rl/tree_store.py)")
-    parser.add_argument("--output_dir", required=True, help="where the trained policy is saved")
+    parser = ArgumentParser(description=doc)
+    parser.add_argument("--model", required=True, type=model_dir,
+                        help="the policy folder to train (and the reference with --dpo.reference model)")
+    parser.add_argument("--store", required=True, type=input_file,
+                        help="the JSONL tree store to read (rl/tree_store.py)")
+    parser.add_argument("--output_dir", required=True, type=output_dir, help="where the trained policy is saved")
     parser.add_argument("--min_version", type=int, default=None, help="only trees of policy versions >= this")
     parser.add_argument("--max_version", type=int, default=None, help="only trees of policy versions <= this")
     parser.add_argument("--device", default="cpu", help='"cpu", "cuda" or "auto" (default: cpu)')
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
+    parser.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default: 1)")
     add_dataclass_arguments(parser, DPOConfig, prefix="dpo.")
     return parser
 
@@ -39,10 +40,14 @@ def offline_parser(doc: str) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from rl.dpo import DPOConfig
 
+    from rl.cli import ArgumentParser
+
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("online", "offline"):
+    if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        return 0
+    if not argv or argv[0] not in ("online", "offline"):
+        ArgumentParser().error(f"the first argument is the mode, online or offline; got {argv[0] if argv else None!r}")
     mode, rest = argv[0], argv[1:]
     if mode == "online":
         from rl.dpo import OnlineDPO

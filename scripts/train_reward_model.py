@@ -7,20 +7,21 @@ trees of a tree store (rl/reward_model.py); the folder loads as a planner scorer
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from rl.cli import add_dataclass_arguments, dataclass_from_args
+from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args, input_file, model_dir, output_dir
 from rl.tree_store import TreeStore
 
 
 def main(argv: list[str] | None = None) -> int:
     from rl.reward_model import RewardModelConfig
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="the policy folder whose trunk the reward model starts from")
-    parser.add_argument("--store", required=True, help="the JSONL tree store to read (rl/tree_store.py)")
-    parser.add_argument("--output_dir", required=True, help="where the reward model folder is saved")
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True, type=model_dir,
+                        help="the policy folder whose trunk the reward model starts from")
+    parser.add_argument("--store", required=True, type=input_file,
+                        help="the JSONL tree store to read (rl/tree_store.py)")
+    parser.add_argument("--output_dir", required=True, type=output_dir, help="where the reward model folder is saved")
     parser.add_argument("--min_version", type=int, default=None, help="only trees of policy versions >= this")
     parser.add_argument("--max_version", type=int, default=None, help="only trees of policy versions <= this")
     add_dataclass_arguments(parser, RewardModelConfig)

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from planner.logs import configure_logging
-from rl.cli import add_dataclass_arguments, dataclass_from_args
+from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
 from verifiers import load_task
 
 GRPO_ONLY = ("estimator", "gamma", "lam", "lr", "epochs", "minibatches", "old_logprobs", "max_grad_norm", "loss",
@@ -17,12 +17,14 @@ GRPO_ONLY = ("estimator", "gamma", "lam", "lr", "epochs", "minibatches", "old_lo
 
 
 def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl.cli import at_least
+
     data = parser.add_argument_group("data")
     data.add_argument("--task", default="arithmetic", help="task name (verifiers.TASKS): arithmetic, gsm8k, math500, "
                                                            "countdown, game24, humaneval (default: arithmetic)")
     data.add_argument("--task_path", default=None, help="local file of the task (default: ../shared/data)")
     data.add_argument("--split", default="train", help="dataset split (default: train)")
-    data.add_argument("--limit", type=int, default=None, help="use only the first N problems")
+    data.add_argument("--limit", type=at_least(1), default=None, help="use only the first N problems")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
@@ -32,7 +34,7 @@ def online_parser(doc: str, method_config, prefix: str) -> argparse.ArgumentPars
     """Task options, the tree-growing TrainConfig options, and `method_config`'s options under `--{prefix}.`."""
     from rl.config import TrainConfig
 
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=doc)
     add_task_arguments(parser)
     add_dataclass_arguments(parser, TrainConfig, skip=GRPO_ONLY)
     add_dataclass_arguments(parser, method_config, prefix=f"{prefix}.")

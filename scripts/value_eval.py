@@ -17,35 +17,59 @@ generative verifier folder of scripts/lab/verifier_lm.py, --verifier).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from lab.value_report import write_value_rows
 from planner.logs import configure_logging
 from planner.value_eval import grade_scorers
+from rl.cli import ArgumentParser, at_least, model_dir, output_dir
 from verifiers.arithmetic import STEP_DELIMITER, held_out_task, step_value
 
+SCORERS = ("random", "confidence", "confidence_min", "mcK", "critic", "prm", "verifier")
+"""The scorers --scorers can name ("mcK": K >= 1 rollouts, e.g. mc4)."""
+FOLDER_OPTION = {"critic": "--critic", "prm": "--prm", "verifier": "--verifier"}
+"""Scorers that load a folder, and the option that gives it."""
+
+
 def parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--policy", required=True, help="the policy folder whose steps are graded")
-    parser.add_argument("--critic", help="a ValueCritic folder (for the 'critic' scorer)")
-    parser.add_argument("--prm", help="a process reward model folder (rl/prm.py's save_pretrained) for the 'prm' scorer")
-    parser.add_argument("--verifier", help="a generative verifier folder (scripts/lab/verifier_lm.py) for the 'verifier' scorer")
+    """The options, every one checked before any model loads: one clear error otherwise."""
+
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument("--policy", required=True, type=model_dir, help="the policy folder whose steps are graded")
+    parser.add_argument("--critic", type=model_dir, help="a ValueCritic folder (for the 'critic' scorer)")
+    parser.add_argument("--prm", type=model_dir,
+                        help="a process reward model folder (rl/prm.py's save_pretrained) for the 'prm' scorer")
+    parser.add_argument("--verifier", type=model_dir,
+                        help="a generative verifier folder (scripts/lab/verifier_lm.py) for the 'verifier' scorer")
     parser.add_argument("--scorers", nargs="+", default=["random", "confidence", "mc4"],
                         help="which to grade: random, confidence, confidence_min, mcK (K rollouts), critic, prm, "
                              "verifier")
-    parser.add_argument("--problems", type=int, default=256, help="held-out arithmetic problems (default 256)")
+    parser.add_argument("--problems", type=at_least(1), default=256, help="held-out arithmetic problems (default 256)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="sampling seeds (default: 0)")
-    parser.add_argument("--candidates", type=int, default=4, help="siblings per expansion (default 4)")
-    parser.add_argument("--samples", type=int, default=8, help="complete samples per problem to rerank (default 8)")
+    parser.add_argument("--candidates", type=at_least(2), default=4, help="siblings per expansion (default 4)")
+    parser.add_argument("--samples", type=at_least(1), default=8,
+                        help="complete samples per problem to rerank (default 8)")
     parser.add_argument("--backend", choices=["hf", "vllm"], default="vllm", help="the policy's engine")
-    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--out", required=True, type=output_dir, help="output folder")
     parser.add_argument("--verbose", action="store_true", help="the engines' logs too")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name in args.scorers:
+        if name not in SCORERS and not (name.startswith("mc") and name[2:].isdigit() and int(name[2:]) >= 1):
+            parser.error(f"argument --scorers: unknown scorer {name!r}; choose from {', '.join(SCORERS)}")
+        if name in FOLDER_OPTION and getattr(args, name) is None:
+            parser.error(f"argument --scorers: the {name!r} scorer needs {FOLDER_OPTION[name]} FOLDER")
+        marker = {"prm": "prm.json", "verifier": "scorer.json"}.get(name)
+        if marker and not (Path(getattr(args, name)) / marker).is_file():
+            parser.error(f"argument {FOLDER_OPTION[name]}: {getattr(args, name)!r} has no {marker}: pass a folder "
+                         f"that {'rl/prm.py' if name == 'prm' else 'scripts/lab/verifier_lm.py'} saved")
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"argument --seeds: the seeds must be distinct; got {args.seeds}")
+    return args
 
 
 def make_scorer(name: str, args, policy, task):
+    """The scorer `name` (checked by `parse`)."""
     from planner.monte_carlo import MonteCarloScorer
     from planner.scorers import ConfidenceScorer, RandomScorer
 
@@ -58,20 +82,14 @@ def make_scorer(name: str, args, policy, task):
                                 extract=task.verifier.extract, equivalent=task.verifier.equivalent)
     if name == "critic":
         from rl.critic import ValueCritic
-        if not args.critic:
-            raise SystemExit("the 'critic' scorer needs --critic FOLDER")
         return ValueCritic.from_pretrained(args.critic)
     if name == "prm":
-        if not args.prm:
-            raise SystemExit("the 'prm' scorer needs --prm FOLDER")
         from rl.prm import ProcessRewardModel
         return ProcessRewardModel.load(args.prm)
     if name == "verifier":
-        if not args.verifier:
-            raise SystemExit("the 'verifier' scorer needs --verifier FOLDER")
         from planner.prm_scorers import load_scorer
         return load_scorer(args.verifier, decode=policy.decode)
-    raise SystemExit(f"unknown scorer {name!r}: one of random, confidence, confidence_min, mcK, critic, prm, verifier")
+    raise ValueError(f"unknown scorer {name!r}: one of {', '.join(SCORERS)} (parse checks the names)")
 
 
 def main(argv=None) -> int:

@@ -97,6 +97,26 @@ def test_missing_or_malformed_answer_is_caught():
     assert grade(None, "936") == 0.0
 
 
+def test_answers_of_any_length_are_compared_exactly_and_never_raise():
+    import time
+
+    from verifiers import reward
+    from verifiers.arithmetic import canonical_integer
+
+    long = "9" * 5000  # past Python's 4300-digit limit on int(), where int() raised ValueError
+    start = time.perf_counter()
+    assert grade("<think>x</think>" + long, "5") == 0.0
+    assert grade("<think>x</think>" + long, long) == 1.0  # identical long answers score 1
+    assert grade("<think>x</think>-000" + "7" * 100_000, "-" + "7" * 100_000) == 1.0
+    assert grade("<think>x</think>" + long + "8", long + "9") == 0.0
+    assert extract("<think>x</think>" + long) == long
+    assert equivalent(long, "0" + long) and not equivalent(long, "-" + long)
+    assert reward("<think>x</think>" + long, make_problem(12, "+", 30)) == 0.0
+    assert time.perf_counter() - start < 1.0
+    assert [canonical_integer(t) for t in ("-0", "007", " -12 ", "٣٤", "1.5", "", "--1")] == [
+        "0", "7", "-12", "34", None, None, None]
+
+
 def test_partial_responses_count_completed_steps_only():
     p = make_problem(347, "+", 589)
     assert check_steps(p, "") == [] and step_value(p, "") == 1.0

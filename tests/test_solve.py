@@ -74,6 +74,23 @@ def test_bad_strategy_or_option_names_the_allowed_ones(scripted_policy):
         solve("Q", policy, "beam", beams=4)
 
 
+def test_a_prompt_past_the_context_is_one_clear_error_before_any_search(tiny_model_dir):
+    import time
+
+    from planner.policy import load_policy
+
+    policy = load_policy(tiny_model_dir, backend="hf", seed=0)
+    assert policy.context_length == 512  # build_tiny_llama's max_position_embeddings
+    message = r"prompt is 100\d\d\d tokens but the model's context is 512 tokens .*shorten the problem"
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=message):  # 100k characters ran past 145 s unchecked
+        solve("1" * 100_000, policy, "best_of_n", n=1, max_tokens=2)
+    with pytest.raises(ValueError, match="problem 1's " + message):
+        solve_batch(["1+1=?", "1" * 100_000], policy, "best_of_n", n=1, max_tokens=2)
+    assert time.perf_counter() - start < 10 and policy.stats.calls == 0
+    assert solve("1+1=?", policy, "best_of_n", n=1, max_tokens=2).compute.generated_tokens > 0
+
+
 def test_solve_batch_seeds_each_problem(scripted_policy):
     policy = scripted_policy(Endless())
     solutions = solve_batch(["A", "B"], policy, "best_of_n", budget=Budget(generated_tokens=100), seed=3, n=2,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from verifiers.types import GradeReward, Problem, Task, Verifier
@@ -37,6 +38,7 @@ __all__ = [
     "VERIFIER",
     "Difficulty",
     "arithmetic_task",
+    "canonical_integer",
     "check_steps",
     "equivalent",
     "extract",
@@ -199,18 +201,35 @@ def arithmetic_task(n: int, difficulty: str | Difficulty = "medium", seed: int =
 # ---------------------------------------------------------------------------- outcome verifier
 
 
+def canonical_integer(text: str) -> str | None:
+    """`text` as an integer's canonical digits ("-007" -> "-7", "-0" -> "0"), or None when it is not one.
+
+    Works on the digit string, never `int()`: exact for any length, in linear time, and no ValueError
+    from Python's limit on int-string conversion (4300 digits), which a model's answer can exceed."""
+    text = text.strip()
+    if not _ANSWER.fullmatch(text):
+        return None
+    digits = text.lstrip("-")
+    if not digits.isascii():  # other scripts' decimal digits ("٣"), as int() reads them
+        digits = "".join(str(unicodedata.decimal(c)) for c in digits)
+    digits = digits.lstrip("0") or "0"
+    return digits if digits == "0" or not text.startswith("-") else "-" + digits
+
+
 def extract(completion: str) -> str | None:
-    """The answer after the one `</think>`: an integer with nothing else around it, else None."""
+    """The answer after the one `</think>`: an integer with nothing else around it (canonical digits, see
+    `canonical_integer`), else None."""
     if not isinstance(completion, str) or completion.count(THINK_CLOSE) != 1:
         return None
-    answer = completion.split(THINK_CLOSE)[1].strip()
-    return str(int(answer)) if _ANSWER.fullmatch(answer) else None
+    return canonical_integer(completion.split(THINK_CLOSE)[1])
 
 
 def equivalent(a: str | None, b: str | None) -> bool:
-    """Two extracted answers are the same integer."""
-    return a is not None and b is not None and _ANSWER.fullmatch(a.strip()) is not None \
-        and _ANSWER.fullmatch(b.strip()) is not None and int(a) == int(b)
+    """Two extracted answers are the same integer (of any length)."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    a, b = canonical_integer(a), canonical_integer(b)
+    return a is not None and a == b
 
 
 def grade(completion: str, reference: str) -> float:

@@ -26,6 +26,10 @@ class Policy(ABC):
     tokenizer: "transformers.PreTrainedTokenizerBase"  # noqa: F821
     num_parameters: int
     """Parameter count of the model, for FLOP estimates (2 x params x tokens per forward token)."""
+    context_length: int | None = None
+    """Most tokens (prompt + response) the model takes; None when unknown. `planner.solve` refuses a
+    prompt that leaves no room to generate, before any search (a model runs past its trained positions
+    otherwise, slowly and to no use: 100k characters to a 512-token model ran for minutes)."""
 
     def __init__(self, seed: int = 0) -> None:
         self.stats = ComputeStats()

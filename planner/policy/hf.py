@@ -16,6 +16,17 @@ from planner.policy.scoped import torch_threads
 from planner.policy.types import Sample, SamplingParams
 
 PAD_POSITION = 0
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+"""Where a transformers config keeps the context length, in the order they are looked for."""
+
+
+def context_length_of(config) -> int | None:
+    """A transformers config's context length (the first of `CONTEXT_KEYS` it has), or None."""
+    for key in CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 class HFPolicy(Policy):
@@ -36,6 +47,7 @@ class HFPolicy(Policy):
         self.model = model or AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.to(self.device).eval()
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
+        self.context_length = context_length_of(self.model.config)
         self.max_batch_size = max_batch_size
         gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
         eos = gen_eos if gen_eos is not None else self.tokenizer.eos_token_id

@@ -112,6 +112,7 @@ class EngineReplica:
     def describe(self) -> dict:
         import planner
         return {"pid": os.getpid(), "version": self.version, "num_parameters": self.policy.num_parameters,
+                "context_length": self.policy.context_length,
                 "eos_token_ids": sorted(self.policy.eos_token_ids), "planner": planner.__file__}
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, version: int):
@@ -203,6 +204,7 @@ class EnginePool(Policy):
             self.close()
             raise
         self.num_parameters = infos[0]["num_parameters"]
+        self.context_length = infos[0]["context_length"]
         self._eos = set(infos[0]["eos_token_ids"])
 
     # ---- the policy interface ----------------------------------------------------------------------

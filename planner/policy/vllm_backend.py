@@ -113,6 +113,7 @@ class VLLMPolicy(Policy):
         self.tokenizer = self.llm.get_tokenizer()
         from transformers import AutoConfig
         self.num_parameters = _count_parameters(self.model_path, AutoConfig.from_pretrained(self.model_path))
+        self.context_length = self.llm.llm_engine.model_config.max_model_len
         gen = self.llm.llm_engine.model_config.try_get_generation_config() or {}
         eos = gen.get("eos_token_id", self.tokenizer.eos_token_id)
         self._eos = set(eos) if isinstance(eos, list) else {eos} if eos is not None else set()

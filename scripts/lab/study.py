@@ -31,7 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab.study_report import write_values
+from planner.paths import check_model_dir
 from planner.scaling_report import summarize, write_outputs
+from planner.strategies.common import check_int, check_number
 from planner.value_eval import collect_cases, grade_scorers
 from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, held_out_task, step_value
 
@@ -95,6 +97,19 @@ class StudyConfig:
             raise ValueError(f"StudyConfig.prm_labels must be 'mc' or 'oracle'; got {self.prm_labels!r}")
         if self.backend not in ("vllm", "hf"):
             raise ValueError(f"StudyConfig.backend must be 'vllm' or 'hf'; got {self.backend!r}")
+        for name in ("problems", "train_problems", "prm_epochs", "mc_rollouts"):
+            check_int("StudyConfig", name, getattr(self, name))
+        for name in ("sft_minutes", "verifier_minutes"):
+            check_number("StudyConfig", name, getattr(self, name), 0.0)
+        check_number("StudyConfig", "self_correction", self.self_correction, 0.0, 1.0)
+        for name in ("seeds", "best_of_n", "beam", "forcing"):
+            values = getattr(self, name)
+            if not values or any(not isinstance(v, int) or v < (0 if name == "seeds" else 1) for v in values):
+                raise ValueError(f"StudyConfig.{name} must be a non-empty list of integers >= "
+                                 f"{0 if name == 'seeds' else 1}; got {values!r}")
+        for name in ("policy", "verifier", "critic", "critic_policy"):
+            if getattr(self, name) is not None:
+                check_model_dir(getattr(self, name), f"StudyConfig.{name}")
 
 
 TINY_STUDY = StudyConfig(sft_minutes=0.3, verifier_minutes=0.05, problems=8, seeds=[0], train_problems=8,
