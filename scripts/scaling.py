@@ -36,6 +36,7 @@ def _size_epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from planner.scaling import ScalingConfig
     from rl.cli import add_dataclass_arguments
+    from task_options import add_task_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_size_epilog(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_dataclass_arguments(parser, ScalingConfig, skip=("sizes", "options", "progress"))
+    add_dataclass_arguments(parser, ScalingConfig, skip=("sizes", "options", "progress", "task_options"))
+    add_task_options(parser.add_argument_group("the custom task (--task custom --path FILE: docs/data.md)"))
     return parser
 
 
@@ -95,13 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     from planner.scaling import ScalingConfig, load_inputs, run
     from planner.scaling_report import curve
     from rl.cli import dataclass_from_args
+    from task_options import task_options
 
     strategies = getattr(args, "strategies", ScalingConfig().strategies)
     try:
         config = dataclass_from_args(ScalingConfig, args, sizes=_sizes(args, parser, strategies),
-                                     options=_options(args.set, parser), progress=not args.quiet)
+                                     options=_options(args.set, parser), progress=not args.quiet,
+                                     task_options=task_options(args))
         inputs = load_inputs(config)
-    except (ValueError, FileNotFoundError, TypeError) as error:
+    except (ValueError, FileNotFoundError, TypeError, ImportError) as error:
         parser.error(str(error))
     rows = run(config, args.out, inputs=inputs, band=args.band)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 def build_parser() -> argparse.ArgumentParser:
     from planner.strategies import STRATEGIES, options_help
+    from task_options import add_task_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=options_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--path", help="the task's data: a local JSONL/CSV file or a Hugging Face dataset id "
                                        "(default: the task's copy in ../shared/data)")
     parser.add_argument("--limit", type=int, help="solve only the first LIMIT problems")
+    add_task_options(parser.add_argument_group("the custom task (--task custom --path FILE: docs/data.md)"))
     parser.add_argument("--strategy", choices=sorted(STRATEGIES), default="mcts", help="search strategy (default: mcts)")
     parser.add_argument("--budget", type=int, help="most generated tokens per problem (default: no limit)")
     parser.add_argument("--budget-flops", type=float, help="most estimated FLOPs per problem (default: no limit)")
@@ -112,15 +114,16 @@ def main(argv: list[str] | None = None) -> int:
         budget = (Budget(generated_tokens=args.budget, flops=args.budget_flops)
                   if args.budget is not None or args.budget_flops is not None else None)
         if args.task:
+            from task_options import task_options
             from verifiers import load_task
 
-            task = load_task(args.task, args.path)
+            task = load_task(args.task, args.path, **task_options(args))
             problems, verifier = task.problems[:args.limit], task.verifier
             options.setdefault("extract", verifier.extract)
             options.setdefault("equivalent", verifier.equivalent)
         else:
             task, problems = None, [args.problem]
-    except (ValueError, FileNotFoundError, TypeError) as error:
+    except (ValueError, FileNotFoundError, TypeError, ImportError) as error:
         parser.error(str(error))
 
     policy = load_policy(args.model, backend=args.backend, dtype=args.dtype, seed=args.seed, replicas=args.replicas)

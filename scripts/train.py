@@ -21,14 +21,17 @@ from pathlib import Path
 def build_parser() -> argparse.ArgumentParser:
     from rl.cli import add_dataclass_arguments
     from rl.config import TrainConfig
+    from task_options import add_task_options
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = parser.add_argument_group("data")
     data.add_argument("--task", required=True, help="task name (verifiers.TASKS): arithmetic, gsm8k, math500, "
-                                                    "countdown, game24, humaneval")
+                                                    "countdown, game24, humaneval, custom (your own file: "
+                                                    "docs/data.md)")
     data.add_argument("--task_path", default=None, help="local file of the task (default: ../shared/data)")
     data.add_argument("--split", default="train", help="dataset split (default: train)")
     data.add_argument("--limit", type=int, default=None, help="use only the first N problems")
+    add_task_options(data)
     parser.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
@@ -47,14 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     from rl.cli import dataclass_from_args
     from rl.config import TrainConfig
     from rl.trainer import SearchTrainer
+    from task_options import task_options
     from verifiers import load_task
 
     configure_logging(args.verbose)
     try:
         config = dataclass_from_args(TrainConfig, args)
+        task = load_task(args.task, args.task_path, split=args.split, **task_options(args))  # data before the model
         config.model = str(resolve_model(config.model))
-        task = load_task(args.task, args.task_path, split=args.split)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, ImportError) as error:
         parser.error(str(error))
     problems = task.problems[: args.limit] if args.limit else task.problems
     trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract, resume=args.resume)
