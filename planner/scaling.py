@@ -85,7 +85,7 @@ class ScalingConfig:
     max_model_len: int | None = None
     """vLLM only: longest prompt + response (None: the model's own limit)."""
     task: str = "gsm8k"
-    """Task name for verifiers.load_task (gsm8k, math500, countdown, game24, humaneval)."""
+    """Task name for verifiers.load_task (gsm8k, math500, countdown, game24, humaneval, custom: docs/data.md)."""
     path: str | None = None
     """The task's data file or Hugging Face id (None: the copy in ../shared/data)."""
     split: str = "test"

@@ -124,9 +124,8 @@ def hub_rows(dataset_id: str, config: str | None, split: str, expected: str) -> 
 
 def _missing(row: Row, name: str, expected: str, option: str | None) -> ValueError:
     fields = ", ".join(repr(k) for k in row.data) or "none"
-    hint = f"; choose another field with {option}" if option else ""
-    if row.csv_header:
-        hint += " (a CSV's first line is its header: it must name the columns)"
+    hint = "; a CSV's first line is its header: it must name the columns" if row.csv_header else ""
+    hint += f"; choose another field with {option}" if option else ""
     return ValueError(f"{row.where}: no field {name!r} (its fields: {fields}); expected {expected}{hint}")
 
 
