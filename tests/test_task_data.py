@@ -35,6 +35,7 @@ def test_custom_task_loads_numbers_latex_and_text(tmp_path):
     assert first.id == "custom/test/0" and first.task == "custom" and task.verifier is VERIFIERS["custom"]
     assert first.question.startswith("What is 3 + 5?\n\n") and "\\boxed{}" in first.question
     assert reward("3 + 5 = 8, so \\boxed{8}", first) == 1.0 == reward("The answer is 8.0", first)
+    assert reward("The answer is 8 apples.", first) == 1.0 == reward("\\boxed{x = 8}", first)
     assert reward("\\boxed{9}", first) == 0.0 and reward("no number here", first) == 0.0
     assert reward("\\boxed{0.5}", task.problems[1]) == 1.0 and reward("\\boxed{1/3}", task.problems[1]) == 0.0
     assert reward("\\boxed{10000}", task.problems[3]) == 1.0
@@ -71,6 +72,12 @@ def test_parse_number(text, value):
 @pytest.mark.parametrize("text", ["x", "1e5", "\\frac{1}{2}", "3 apples", "1/0", "", None, "9" * 300])
 def test_parse_number_refuses(text):
     assert answer_kinds.parse_number(text) is None
+
+
+@pytest.mark.parametrize("answer, value", [("8 apples", 8), ("x = 8", 8), ("8 \\text{ cm}", 8), ("y=-2.5 m/s", -2.5),
+                                           ("8 or 9", None), ("apples", None), ("between 3 and 5", None)])
+def test_response_number_allows_a_name_and_units(answer, value):
+    assert answer_kinds.response_number(answer) == value
 
 
 def test_voting_equivalence():

@@ -4,7 +4,8 @@
   ``\\boxed{}``, ``#### N``, "the answer is N", ..., else the last number) read as an exact number
   (an integer, decimal or ``a/b``, read after `verifiers.math_forms.normalize_answer` drops
   thousands separators, math delimiters and spacing) equals the reference's value.
-  In-process, no sympy: ``8``, ``8.0`` and ``16/2`` all match ``8``.
+  A leading ``x =`` and trailing unit words are allowed in the response (``8 apples``).
+  In-process, no sympy: ``8``, ``8.0``, ``16/2`` and ``x = 8 cm`` all match ``8``.
 - **math**: math-verify equivalence (`verifiers.math.grade`, time-bounded in a worker process):
   LaTeX such as ``\\frac{\\pi}{2}``, intervals, sets, ``x = 3``.
 - **text**: the final answer (``\\boxed{}`` or a final-answer phrase such as "the answer is") is
@@ -24,12 +25,14 @@ from fractions import Fraction
 from verifiers import math as vmath
 from verifiers.math_forms import normalize_answer, to_ascii
 
-__all__ = ["ANSWER_KINDS", "equivalent", "grade", "parse_number", "resolve_kind", "same_text"]
+__all__ = ["ANSWER_KINDS", "equivalent", "grade", "parse_number", "resolve_kind", "response_number", "same_text"]
 
 ANSWER_KINDS = ("auto", "number", "math", "text")
 """The custom task's ``answer_kind`` values (see the module docstring)."""
 
 _PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?")
+_NAME_EQUALS = re.compile(r"^\s*[A-Za-z]\s*=\s*")  # "x = 8"
+_UNIT_WORDS = re.compile(r"(?:\s*\\text\{[^{}]*\}|\s+[A-Za-z][A-Za-z./]*)+\s*$")  # "8 apples", "8 \text{ cm}"
 
 
 def parse_number(text: str | None) -> Fraction | None:
@@ -44,6 +47,14 @@ def parse_number(text: str | None) -> Fraction | None:
         return Fraction(canonical)
     except (ValueError, ZeroDivisionError):
         return None
+
+
+def response_number(answer: str | None) -> Fraction | None:
+    """The value of a response's final answer: a plain number, allowing a leading ``x =`` and
+    trailing unit words (``8 apples``, ``8 \\text{ cm}``); None for anything else (``8 or 9``)."""
+    if not isinstance(answer, str):
+        return None
+    return parse_number(_UNIT_WORDS.sub("", _NAME_EQUALS.sub("", answer)))
 
 
 def resolve_kind(answer: str, answer_kind: str) -> str:
@@ -77,7 +88,7 @@ def grade(completion: str, reference: dict) -> float:
     """1.0 when ``completion``'s final answer matches ``reference["answer"]`` by ``reference["kind"]``."""
     kind, answer = reference["kind"], reference["answer"]
     if kind == "number":
-        value = parse_number(vmath.extract_answer(completion))
+        value = response_number(vmath.extract_answer(completion))
         return 1.0 if value is not None and value == parse_number(answer) else 0.0
     if kind == "math":
         return vmath.grade(completion, answer)
