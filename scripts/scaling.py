@@ -18,6 +18,7 @@ import ast
 import sys
 from pathlib import Path
 
+from task_options import add_task_options, task_options
 
 
 def _size_epilog() -> str:
@@ -36,7 +37,6 @@ def _size_epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from planner.scaling import ScalingConfig
     from rl.cli import add_dataclass_arguments
-    from task_options import add_task_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_size_epilog(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     from planner.scaling import ScalingConfig, load_inputs, run
     from planner.scaling_report import curve
     from rl.cli import dataclass_from_args
-    from task_options import task_options
 
     strategies = getattr(args, "strategies", ScalingConfig().strategies)
     try:

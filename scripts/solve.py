@@ -16,11 +16,12 @@ import json
 import sys
 from pathlib import Path
 
+from task_options import add_task_options, task_options
+
 
 
 def build_parser() -> argparse.ArgumentParser:
     from planner.strategies import STRATEGIES, options_help
-    from task_options import add_task_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=options_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -114,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         budget = (Budget(generated_tokens=args.budget, flops=args.budget_flops)
                   if args.budget is not None or args.budget_flops is not None else None)
         if args.task:
-            from task_options import task_options
             from verifiers import load_task
 
             task = load_task(args.task, args.path, **task_options(args))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from verifiers.answer_kinds import ANSWER_KINDS
+
 OPTIONS = {
     "question_field": "custom task: the field (CSV column) holding each question (default: question)",
     "answer_field": "custom task: the field (CSV column) holding each reference answer, a number or text "
@@ -22,7 +24,6 @@ OPTIONS = {
 
 def add_task_options(group) -> None:
     """Add --question_field, --answer_field, --answer_kind and --instruction to `group`."""
-    from verifiers.answer_kinds import ANSWER_KINDS
     for name, help_text in OPTIONS.items():
         group.add_argument(f"--{name}", default=argparse.SUPPRESS, help=help_text,
                            choices=list(ANSWER_KINDS) if name == "answer_kind" else None)

@@ -17,11 +17,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from task_options import add_task_options, task_options
+
 
 def build_parser() -> argparse.ArgumentParser:
     from rl.cli import add_dataclass_arguments
     from rl.config import TrainConfig
-    from task_options import add_task_options
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = parser.add_argument_group("data")
@@ -50,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     from rl.cli import dataclass_from_args
     from rl.config import TrainConfig
     from rl.trainer import SearchTrainer
-    from task_options import task_options
     from verifiers import load_task
 
     configure_logging(args.verbose)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from task_options import add_task_options, task_options
+
 GRPO_ONLY = ("estimator", "gamma", "lam", "lr", "epochs", "minibatches", "old_logprobs", "max_grad_norm", "loss",
              "kl_placement", "kl_reward_coef", "kl_target", "drop_zero_variance_groups", "critic", "reference_device",
              "micro_batch_tokens", "tis_cap", "engine_sleep", "checkpoint_every", "debug")
@@ -13,8 +15,6 @@ GRPO_ONLY = ("estimator", "gamma", "lam", "lr", "epochs", "minibatches", "old_lo
 
 
 def add_task_arguments(parser: argparse.ArgumentParser) -> None:
-    from task_options import add_task_options
-
     data = parser.add_argument_group("data")
     data.add_argument("--task", default="arithmetic", help="task name (verifiers.TASKS): arithmetic, gsm8k, math500, "
                                                            "countdown, game24, humaneval, custom (your own file: "
@@ -45,7 +45,6 @@ def online_configs(parser, args, method_config, prefix: str):
     the program with one clear error."""
     from rl.cli import dataclass_from_args
     from rl.config import TrainConfig
-    from task_options import task_options
     from verifiers import load_task
 
     try:

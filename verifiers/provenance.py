@@ -38,7 +38,7 @@ def _origin(name: str) -> Path | None:
 
 def _distributions(name: str) -> list[str]:
     """The installed distributions other than treerl that provide the top-level module `name`."""
-    from importlib.metadata import packages_distributions
+    from importlib.metadata import packages_distributions  # only on the error path: ~50 ms to import
 
     return sorted({d for d in packages_distributions().get(name, []) if d.lower() != "treerl"})
 
