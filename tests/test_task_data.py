@@ -64,6 +64,20 @@ def test_custom_task_from_csv(tmp_path):
     assert [p.reference["kind"] for p in task.problems] == ["number", "math"]
 
 
+def test_custom_task_from_a_json_list_and_parquet(tmp_path):
+    import pandas as pd
+
+    (tmp_path / "qa.json").write_text(json.dumps(GOOD[:2]))
+    answers = [p.reference["answer"] for p in load_task("custom", path=tmp_path / "qa.json").problems]
+    assert answers == ["8", "\\frac{1}{2}"]
+    pd.DataFrame({"question": ["a?", "b?"], "answer": [8, 2.5]}).to_parquet(tmp_path / "qa.parquet")
+    assert [p.reference for p in load_task("custom", path=tmp_path / "qa.parquet").problems] == [
+        {"answer": "8", "kind": "number"}, {"answer": "2.5", "kind": "number"}]  # float64 8.0 reads as 8
+    pd.DataFrame({"question": ["a?", "b?"], "answer": [8, None]}).to_parquet(tmp_path / "gap.parquet")
+    with pytest.raises(ValueError, match=r"gap.parquet row 2: field 'answer' is empty"):
+        load_task("custom", path=tmp_path / "gap.parquet")
+
+
 @pytest.mark.parametrize("text, value", [("8", 8), ("-0.5", -0.5), ("1,000", 1000), ("$3/4$", 0.75), ("8.", 8)])
 def test_parse_number(text, value):
     assert answer_kinds.parse_number(text) == value
@@ -111,7 +125,8 @@ BAD = [
      r"answer_kind must be one of \['auto', 'number', 'math', 'text'\]; got 'numeric'"),
     ("noheader.csv", f"{Q},8\nWhat is 2 + 2?,4\n", {}, ValueError,
      r"noheader.csv row 1 \(line 2\): no field 'question' .*a CSV's first line is its header"),
-    ("headeronly.csv", f"{Q},8\n", {}, ValueError, r"headeronly.csv has a header line \(What is 3 \+ 5\?, 8\) and no rows"),
+    ("headeronly.csv", f"{Q},8\n", {}, ValueError,
+     r"headeronly.csv has a header line \(What is 3 \+ 5\?, 8\) and no rows"),
     ("blank_cell.csv", f"question,answer\n{Q},8\n{Q},\n", {}, ValueError,
      r"blank_cell.csv row 2 \(line 3\): field 'answer' is empty"),
 ]
