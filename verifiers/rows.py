@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Row", "hub_rows", "int_field", "read_rows", "text_field"]
+__all__ = ["Row", "hub_rows", "int_field", "number_text", "read_rows", "text_field"]
 
 
 @dataclass(frozen=True)
