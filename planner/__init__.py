@@ -1,5 +1,13 @@
 """The search engine: policy backends, the search tree, strategies, scorers, budgets and solve()."""
 
+import runpy as _runpy
+from pathlib import Path as _Path
+
+# Another distribution may provide `planner`, `rl` or `verifiers` as well: fail here, naming it and the fix
+# (verifiers/provenance.py, run from its file because the name `verifiers` may be the other one's).
+_runpy.run_path(str(_Path(__file__).resolve().parents[1] / "verifiers" / "provenance.py"))["check_packages"]()
+del _runpy, _Path
+
 from planner.budget import Budget, ComputeRecord
 from planner.likelihood import LikelihoodVerifier
 from planner.policy import ComputeStats, Policy, Sample, SamplingParams, load_policy

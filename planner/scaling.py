@@ -86,11 +86,14 @@ class ScalingConfig:
     max_model_len: int | None = None
     """vLLM only: longest prompt + response (None: the model's own limit)."""
     task: str = "gsm8k"
-    """Task name for verifiers.load_task (gsm8k, math500, countdown, game24, humaneval)."""
+    """Task name for verifiers.load_task (gsm8k, math500, countdown, game24, humaneval, custom: docs/data.md)."""
     path: str | None = None
     """The task's data file or Hugging Face id (None: the copy in ../shared/data)."""
     split: str = "test"
     """The task's split."""
+    task_options: dict[str, str] = field(default_factory=dict)
+    """The task's own load_task options (the custom task's question_field, answer_field, answer_kind,
+    instruction: docs/data.md)."""
     offset: int = 0
     """Skip this many problems first."""
     limit: int | None = None
@@ -377,9 +380,9 @@ def load_inputs(config: ScalingConfig):
     """(model folder, task, problem slice), checked before any model is loaded; raises ValueError or
     FileNotFoundError with one clear message."""
 
-    model = resolve_model(config.model)
+    task = load_task(config.task, config.path, config.split, **config.task_options)  # the data before the model
     _check_scorer(config.scorer)
-    task = load_task(config.task, config.path, config.split)
+    model = resolve_model(config.model)
     wanted = config.offset + (config.limit or 0)
     if config.task == "arithmetic" and config.split == "test" and wanted > len(task.problems):
         from verifiers.arithmetic import held_out_task

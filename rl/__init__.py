@@ -1,5 +1,13 @@
 """The learner: rows from search trees, advantage estimators, losses, the critic and the trainers."""
 
+import runpy as _runpy
+from pathlib import Path as _Path
+
+# Another distribution may provide `planner`, `rl` or `verifiers` as well: fail here, naming it and the fix
+# (verifiers/provenance.py, run from its file because the name `verifiers` may be the other one's).
+_runpy.run_path(str(_Path(__file__).resolve().parents[1] / "verifiers" / "provenance.py"))["check_packages"]()
+del _runpy, _Path
+
 from rl.advantages import broadcast_to_tokens, gae, nonzero_variance_groups
 from rl.batch import RolloutBatch, Row, batch_from_trees, monte_carlo_values, reward_leaves
 from rl.config import TREE_STRATEGIES, CriticConfig, LoopVerifierConfig, TrainConfig

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +46,22 @@ from rl.runtime import torch_settings
 from rl.tree_store import TreeStore
 
 __all__ = ["SearchTrainer"]
+
+log = logging.getLogger(__name__)
+
+
+def _warn_if_no_reward(metrics: dict, response_tokens: int) -> None:
+    """One warning when every response of an iteration got reward 0: GRPO then has no signal, and the
+    usual cause is the data or the settings, not the model."""
+    if metrics["reward_mean"] != 0.0:
+        return
+    log.warning("iteration %d: all %d responses got reward 0, so its rewards cannot tell a better response "
+                "from a worse one. Likely causes: "
+                "the reference answers are not in the form the task's verifier reads (GSM8K wants \"#### 8\"; for "
+                "your own file use the custom task, docs/data.md); responses cut off by the token limit before "
+                "their final answer (limit %d tokens, mean response %.0f tokens: raise max_tokens, or max_step_tokens "
+                "x max_steps); or the task's answer field holds something other than the answer (answer_field).",
+                metrics["iteration"], metrics["trajectories"], response_tokens, metrics["response_length"])
 
 
 def _search(view, *, strategy, prompt_ids, scorer, settings, seed):
@@ -276,6 +293,7 @@ class SearchTrainer:
         self.iteration += 1
         if distributed.is_main():
             metrics.update(searched)
+            _warn_if_no_reward(metrics, c.response_tokens)
             metrics.update({"engine_sleep_seconds": sleep_seconds, "learner_seconds": learner_seconds,
                             "push_seconds": push_seconds, "seconds": time.perf_counter() - start})
             if isinstance(self.engine, EnginePool):  # how many replicas hold the weights just pushed

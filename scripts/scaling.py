@@ -21,6 +21,7 @@ from pathlib import Path
 from planner.logs import configure_logging
 from planner.scaling_report import SIZE_KNOBS, curve
 from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args, output_dir
+from task_options import add_task_options, task_options
 
 
 
@@ -54,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_dataclass_arguments(parser, ScalingConfig, skip=("sizes", "options", "progress"))
+    add_dataclass_arguments(parser, ScalingConfig, skip=("sizes", "options", "progress", "task_options"))
+    add_task_options(parser.add_argument_group("the custom task (--task custom --path FILE: docs/data.md)"))
     return parser
 
 
@@ -97,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     strategies = getattr(args, "strategies", ScalingConfig().strategies)
     try:
         config = dataclass_from_args(ScalingConfig, args, sizes=_sizes(args, parser, strategies),
-                                     options=_options(args.set, parser), progress=not args.quiet)
+                                     options=_options(args.set, parser), progress=not args.quiet,
+                                     task_options=task_options(args))
         inputs = load_inputs(config)
-    except (ValueError, FileNotFoundError, TypeError) as error:
+    except (ValueError, FileNotFoundError, TypeError, ImportError) as error:
         parser.error(str(error))
     rows = run(config, args.out, inputs=inputs, band=args.band)
 

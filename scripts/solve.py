@@ -18,6 +18,7 @@ from pathlib import Path
 
 from planner.budget import Budget
 from planner.logs import configure_logging
+from task_options import add_task_options, task_options
 
 
 
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--path", help="the task's data: a local JSONL/CSV file or a Hugging Face dataset id "
                                        "(default: the task's copy in ../shared/data)")
     parser.add_argument("--limit", type=at_least(1), help="solve only the first LIMIT problems")
+    add_task_options(parser.add_argument_group("the custom task (--task custom --path FILE: docs/data.md)"))
     parser.add_argument("--strategy", choices=sorted(STRATEGIES), default="mcts", help="search strategy (default: mcts)")
     parser.add_argument("--budget", type=at_least(1), help="most generated tokens per problem (default: no limit)")
     parser.add_argument("--budget-flops", type=at_least(1, float),
@@ -114,13 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.task:
             from verifiers import load_task
 
-            task = load_task(args.task, args.path)
+            task = load_task(args.task, args.path, **task_options(args))
             problems, verifier = task.problems[:args.limit], task.verifier
             options.setdefault("extract", verifier.extract)
             options.setdefault("equivalent", verifier.equivalent)
         else:
             task, problems = None, [args.problem]
-    except (ValueError, FileNotFoundError, TypeError) as error:
+    except (ValueError, FileNotFoundError, TypeError, ImportError) as error:
         parser.error(str(error))
 
     policy = load_policy(args.model, backend=args.backend, dtype=args.dtype, seed=args.seed, replicas=args.replicas)

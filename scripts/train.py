@@ -19,6 +19,7 @@ from pathlib import Path
 
 from planner.logs import configure_logging
 from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args
+from task_options import add_task_options, task_options
 from verifiers import load_task
 
 
@@ -28,10 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     data = parser.add_argument_group("data")
     data.add_argument("--task", required=True, help="task name (verifiers.TASKS): arithmetic, gsm8k, math500, "
-                                                    "countdown, game24, humaneval")
+                                                    "countdown, game24, humaneval, custom (your own file: "
+                                                    "docs/data.md)")
     data.add_argument("--task_path", default=None, help="local file of the task (default: ../shared/data)")
     data.add_argument("--split", default="train", help="dataset split (default: train)")
     data.add_argument("--limit", type=at_least(1), default=None, help="use only the first N problems")
+    add_task_options(data)
     parser.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
@@ -52,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.verbose)
     try:
         config = dataclass_from_args(TrainConfig, args)
+        task = load_task(args.task, args.task_path, split=args.split, **task_options(args))  # data before the model
         config.model = str(resolve_model(config.model))
-        task = load_task(args.task, args.task_path, split=args.split)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, ImportError) as error:
         parser.error(str(error))
     problems = task.problems[: args.limit] if args.limit else task.problems
     trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract, resume=args.resume)

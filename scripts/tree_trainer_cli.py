@@ -8,6 +8,7 @@ from pathlib import Path
 
 from planner.logs import configure_logging
 from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
+from task_options import add_task_options, task_options
 from verifiers import load_task
 
 GRPO_ONLY = ("estimator", "gamma", "lam", "lr", "epochs", "minibatches", "old_logprobs", "max_grad_norm", "loss",
@@ -21,10 +22,12 @@ def add_task_arguments(parser: argparse.ArgumentParser) -> None:
 
     data = parser.add_argument_group("data")
     data.add_argument("--task", default="arithmetic", help="task name (verifiers.TASKS): arithmetic, gsm8k, math500, "
-                                                           "countdown, game24, humaneval (default: arithmetic)")
+                                                           "countdown, game24, humaneval, custom (your own file: "
+                                                           "docs/data.md) (default: arithmetic)")
     data.add_argument("--task_path", default=None, help="local file of the task (default: ../shared/data)")
     data.add_argument("--split", default="train", help="dataset split (default: train)")
     data.add_argument("--limit", type=at_least(1), default=None, help="use only the first N problems")
+    add_task_options(data)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
@@ -49,11 +52,11 @@ def online_configs(parser, args, method_config, prefix: str):
     try:
         config = dataclass_from_args(TrainConfig, args)
         method = dataclass_from_args(method_config, args, prefix=f"{prefix}.")
+        task = load_task(args.task, args.task_path, split=args.split, **task_options(args))  # data before the model
         if not config.model or not (Path(config.model) / "config.json").is_file():
             raise FileNotFoundError(f"--model {config.model!r} is not a model folder (no config.json); "
                                     "pass a save_pretrained folder, e.g. the demo's runs/demo/sft")
-        task = load_task(args.task, args.task_path, split=args.split)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, ImportError) as error:
         parser.error(str(error))
     problems = task.problems[: args.limit] if args.limit else task.problems
     return config, method, problems, task

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -181,3 +184,26 @@ def test_scoped_settings_are_restored(monkeypatch):
     with torch_threads(threads + 1):
         assert torch.get_num_threads() == threads + 1
     assert torch.get_num_threads() == threads
+
+
+def test_load_policy_resolves_model_names_like_the_scripts(tiny_model_dir, tmp_path, monkeypatch):
+    """`load_policy("smollm2")` goes through the scripts' resolver: with a converted SmolLM2 folder in
+    the cache ($TREERL_CACHE; here a tiny model stands in for the converted weights) both find the same
+    folder, and a name that is neither a folder nor a known model fails the same way in both."""
+    from planner.policy import NAMED_MODELS
+    from planner.policy.local_models import resolve_model
+    from planner.scaling import resolve_model as scaling_resolve
+
+    monkeypatch.setenv("TREERL_CACHE", str(tmp_path))
+    shutil.copytree(tiny_model_dir, tmp_path / "SmolLM2-135M-Instruct")
+    assert resolve_model("smollm2") == scaling_resolve("smollm2") == tmp_path / "SmolLM2-135M-Instruct"
+    policy = load_policy("smollm2")
+    try:
+        assert Path(policy.model_path) == tmp_path / "SmolLM2-135M-Instruct"
+    finally:
+        policy.close()
+    assert set(NAMED_MODELS) == {"smollm2", "qwen2.5-coder-0.5b"}
+    for resolve in (resolve_model, load_policy):
+        with pytest.raises(FileNotFoundError, match=r"no model folder at 'smollm3'.*one of \['qwen2.5-coder-0.5b', "
+                                                    r"'smollm2'\]"):
+            resolve("smollm3")

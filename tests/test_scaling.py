@@ -337,9 +337,9 @@ def test_cli_help_lists_every_option():
     assert result.returncode == 0, result.stderr
     from dataclasses import fields
 
-    skipped = {"sizes", "options", "progress"}
+    skipped = {"sizes", "options", "progress", "task_options"}
     for name in [f.name for f in fields(ScalingConfig) if f.name not in skipped] + [
-            "out", "sizes", "size", "set", "band", "quiet"]:
+            "out", "sizes", "size", "set", "band", "quiet", "question_field", "answer_field", "answer_kind"]:
         assert f"--{name} " in result.stdout or f"--{name}\n" in result.stdout, name
     assert "best_of_n: n, default 1,2,4,8,16" in result.stdout
 

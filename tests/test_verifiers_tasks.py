@@ -93,7 +93,7 @@ def test_errors_name_the_problem_and_the_fix(tmp_path):
         load_task("gsm9k")
     with pytest.raises(FileNotFoundError, match="does not exist; pass path="):
         load_task("gsm8k", path=tmp_path / "missing.jsonl")
-    with pytest.raises(FileNotFoundError, match="no local file"):
+    with pytest.raises(FileNotFoundError, match="game24 has only the split 'test'; pass split='test'"):
         load_task("game24", split="train")
     with pytest.raises(ValueError, match="unknown task"):
         reward("x", Problem(id="p", question="q", reference="1", task="nope"))
@@ -107,7 +107,7 @@ def test_local_csv_and_gzip_paths(tmp_path):
 
 
 def test_public_api():
-    assert set(TASKS) == {"arithmetic", "gsm8k", "math500", "countdown", "game24", "humaneval"}
+    assert set(TASKS) == {"arithmetic", "gsm8k", "math500", "countdown", "game24", "humaneval", "custom"}
     assert set(TASKS) == set(VERIFIERS)
     assert VERIFIERS["arithmetic"] is arithmetic.VERIFIER and TASKS["arithmetic"] is arithmetic.load_arithmetic
     package = importlib.import_module("verifiers")

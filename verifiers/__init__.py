@@ -10,6 +10,10 @@ in bounded worker processes (`verifiers.timeout`), code runs in sandboxed child 
 (`verifiers.sandbox`), HumanEval completions under a judge that holds the tests (`verifiers.code_judge`).
 """
 
+from verifiers.provenance import check_packages
+
+check_packages()  # another distribution may provide `planner`, `rl` or `verifiers` too: fail here with the fix
+
 from verifiers.arithmetic import ARITHMETIC_ALPHABET, Difficulty, arithmetic_task, check_steps, load_arithmetic, step_value
 from verifiers.code import SandboxResult, grade_humaneval, humaneval_program, run_code, run_many
 from verifiers.code_judge import JudgeResult, judge_humaneval

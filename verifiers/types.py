@@ -29,7 +29,8 @@ class Problem:
     """Plain prompt text: the problem followed by the answer-format instruction."""
     reference: Any
     """What the task's grade checks against: an answer string (math, arithmetic),
-    ``{"nums", "target"}`` (countdown, game24), ``{"prompt", "test", "entry_point"}`` (humaneval)."""
+    ``{"nums", "target"}`` (countdown, game24), ``{"prompt", "test", "entry_point"}`` (humaneval),
+    ``{"answer", "kind"}`` (custom: see ``verifiers.answer_kinds``)."""
     task: str
     """Name of the task in ``verifiers.tasks.TASKS``."""
     meta: dict = field(default_factory=dict)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from planner.policy.base import Policy
+from planner.policy.local_models import NAMED_MODELS, resolve_model
 from planner.policy.pool import EnginePool, PoolConfig
 from planner.policy.types import ComputeStats, Sample, SamplingParams
 
@@ -14,7 +14,9 @@ BACKENDS = ("hf", "vllm")
 
 def load_policy(model_path: str | os.PathLike, backend: str = "hf", dtype: str = "float32", seed: int = 0,
                 replicas: int = 1, pool: PoolConfig | None = None, **backend_kwargs) -> Policy:
-    """Load a model folder (a Hugging Face `save_pretrained` folder) behind the policy interface.
+    """Load a model behind the policy interface: a Hugging Face `save_pretrained` folder, or a name the
+    scripts' --model accepts too (`NAMED_MODELS`: "smollm2", "qwen2.5-coder-0.5b"), resolved by the same
+    `resolve_model` (a named model is converted once into the cache, then loaded as a folder).
 
     backend: "hf" (transformers, the reference) or "vllm" (an in-process vLLM engine with prefix caching).
     dtype: "float32" (backends agree to ~1e-5 in log-probability), "bfloat16" or "float16".
@@ -30,11 +32,7 @@ def load_policy(model_path: str | os.PathLike, backend: str = "hf", dtype: str =
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be 'float32', 'bfloat16' or 'float16'; got {dtype!r}")
-    path = Path(model_path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no model folder at {str(path)!r} (expected a config.json there): pass a "
-                                "save_pretrained folder, e.g. planner.policy.local_models.build_tiny_llama(dir) "
-                                "or smollm2_folder()")
+    path = resolve_model(model_path)
     if pool is not None or replicas > 1:
         if pool is not None and replicas not in (1, pool.replicas):
             raise ValueError(f"replicas={replicas} disagrees with pool.replicas={pool.replicas}: give one of them")
@@ -46,4 +44,5 @@ def load_policy(model_path: str | os.PathLike, backend: str = "hf", dtype: str =
     return VLLMPolicy(str(path), dtype=dtype, seed=seed, **backend_kwargs)
 
 
-__all__ = ["Policy", "Sample", "SamplingParams", "ComputeStats", "load_policy", "BACKENDS", "EnginePool", "PoolConfig"]
+__all__ = ["Policy", "Sample", "SamplingParams", "ComputeStats", "load_policy", "BACKENDS", "EnginePool", "PoolConfig",
+           "NAMED_MODELS", "resolve_model"]

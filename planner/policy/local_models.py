@@ -268,15 +268,18 @@ def qwen_coder_folder(cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 NAMED_MODELS = {"smollm2": smollm2_folder, "qwen2.5-coder-0.5b": qwen_coder_folder}
-"""Names the scripts' --model accepts beside a folder: each converts its model once and returns the folder."""
+"""Names a model may be given by beside a folder, in Python (`planner.policy.load_policy`) as on the
+scripts' --model: each converts its model once and returns the folder."""
 
 
 def resolve_model(model: str | os.PathLike) -> Path:
-    """A model folder: one of `NAMED_MODELS` (converted once), or a save_pretrained folder."""
+    """A model folder: one of `NAMED_MODELS` (converted once), or a save_pretrained folder. The one
+    resolver of model names, used by `load_policy` and by every script's --model."""
     if str(model) in NAMED_MODELS:
         return NAMED_MODELS[str(model)]()
     path = Path(model)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no model folder at {str(path)!r} (expected a config.json there); pass a "
-                                f"save_pretrained folder or one of {sorted(NAMED_MODELS)}")
+                                f"save_pretrained folder or one of {sorted(NAMED_MODELS)} (a tiny test model: "
+                                "planner.policy.local_models.build_tiny_llama(folder))")
     return path
