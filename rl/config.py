@@ -33,8 +33,10 @@ def _fail(owner: str, name: str, allowed: str, got) -> None:
 class CriticConfig:
     """The value critic: a scalar head on a copy of the policy's trunk, or of another model's (rl/critic.py)."""
 
-    enabled: bool = True
-    """Train a critic. Needed by the "gae" estimator and by `use_as_scorer`."""
+    enabled: bool | None = None
+    """Train a critic: True always, False never, None (auto) only when something reads it: the "gae"
+    estimator, or a tree search (beam, DVTS, MCTS) it guides (`use_as_scorer`) with no `TrainConfig.scorer`
+    or loop verifier in its place. `TrainConfig.trains_critic` says which."""
     model: str = ""
     """Folder of the model whose trunk the critic copies; "" copies the policy's. It must read the policy's
     token ids (the same vocabulary). A smaller trunk makes every critic pass cheaper: on the demo's trees
@@ -266,9 +268,9 @@ class TrainConfig:
             _fail("TrainConfig", "strategy", f"one of {list(TREE_STRATEGIES)}", self.strategy)
         if self.estimator not in ADVANTAGE_ESTIMATORS:
             _fail("TrainConfig", "estimator", f"one of {sorted(ADVANTAGE_ESTIMATORS)}", self.estimator)
-        if self.estimator in NEEDS_CRITIC and not self.critic.enabled:
+        if self.estimator in NEEDS_CRITIC and self.critic.enabled is False:
             raise ValueError(f"TrainConfig.estimator={self.estimator!r} needs the critic: set critic.enabled=True")
-        if self.critic.enabled and self.critic.target == "gae" and self.estimator != "gae":
+        if self.critic.enabled is not False and self.critic.target == "gae" and self.estimator != "gae":
             raise ValueError("TrainConfig: critic.target='gae' regresses GAE returns, which only estimator='gae' "
                              f"computes; got estimator={self.estimator!r}: set critic.target='tree' or estimator='gae'")
         for name in ("iterations", "prompts_per_iteration", "epochs", "minibatches", "threads", "checkpoint_every",
@@ -336,6 +338,15 @@ class TrainConfig:
             _fail("TrainConfig", "data_parallel", "one of ['ddp', 'fsdp']", self.data_parallel)
         if not 0 < self.engine_memory_fraction < 1:
             _fail("TrainConfig", "engine_memory_fraction", "a number in (0, 1)", self.engine_memory_fraction)
+
+    @property
+    def trains_critic(self) -> bool:
+        """Whether the learner builds and trains a critic (see `CriticConfig.enabled`)."""
+        if self.critic.enabled is not None:
+            return self.critic.enabled
+        guides = (self.critic.use_as_scorer and self.strategy != "best_of_n" and not self.scorer
+                  and not self.loop_verifier.model)
+        return self.estimator in NEEDS_CRITIC or guides
 
     @property
     def search(self) -> SearchConfig:

@@ -91,7 +91,7 @@ class Learner:
             self.reference.to(self.reference_device).eval().requires_grad_(False)
             self.reference_forward = PolicyForward(self.reference, config.logprob_chunk)
         self.critic = self.critic_optimizer = self.critic_forward = None
-        if config.critic.enabled:
+        if config.trains_critic:
             if config.critic.model:
                 check_same_vocabulary(config.model, config.critic.model)
             self.critic = ValueCritic.from_policy(config.critic.model or config.model, device=str(self.device))

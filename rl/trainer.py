@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from planner.policy import EnginePool, SamplingParams, load_policy
+from planner.policy.local_models import NAMED_MODELS, resolve_model
 from planner.policy.scoped import torch_threads
 from planner.prm_scorers import load_scorer
 from planner.scorers import VerifierOracleScorer
@@ -87,6 +88,8 @@ class SearchTrainer:
         (several runs in one process share it: scripts/lab/comparison.py)."""
         if not problems:
             raise ValueError("SearchTrainer needs at least one problem to train on")
+        if str(config.model) in NAMED_MODELS:  # a name such as "smollm2": the folder it converts to, once
+            config = dataclasses.replace(config, model=str(resolve_model(config.model)))
         distributed.init_from_environment()  # launched by torchrun: one learner rank per process
         self.world = distributed.world_size()
         if config.prompts_per_iteration % (self.world * config.minibatches):

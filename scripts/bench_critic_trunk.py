@@ -49,7 +49,8 @@ def main() -> None:
         trainer.engine.close()  # the engine's process would otherwise share the cores being measured
         batch = batch_from_trees(trees, trainer.pad_id, pack_tokens=config.pack_tokens)
         verifier = args.verifier or str(train_verifier_lm(Path(tmp) / "verifier", progress=False).model_dir)
-        critics = {"policy's trunk": CriticConfig(lr=1e-3), "verifier's trunk": CriticConfig(lr=1e-3, model=verifier),
+        critics = {"policy's trunk": CriticConfig(enabled=True, lr=1e-3),
+                   "verifier's trunk": CriticConfig(enabled=True, lr=1e-3, model=verifier),
                    "no critic": CriticConfig(enabled=False)}
         learners = {name: (Learner(replace(config, critic=critic)), THREADS)  # the same starting weights
                     for name, critic in critics.items()}

@@ -44,7 +44,8 @@ def grow_demo_trees(tmp: Path, model: str | None, prompts: int, candidates: int)
                          strategy="mcts", mcts=MCTSConfig(num_simulations=8, num_candidates=candidates,
                                                           step_delimiter=STEP_DELIMITER, max_step_tokens=16,
                                                           max_steps=8, temperature=1.0),
-                         minibatches=4, old_logprobs="engine", critic=CriticConfig(lr=1e-3), device="cpu", lr=1e-4)
+                         minibatches=4, old_logprobs="engine", critic=CriticConfig(enabled=True, lr=1e-3),
+                         device="cpu", lr=1e-4)
     problems = arithmetic_task(prompts, "medium", seed=1)
     trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract)
     trees, _ = trainer.grow_trees(problems, seed=0)

@@ -93,7 +93,7 @@ def test_a_critic_on_a_smaller_models_trunk_learns_and_another_vocabulary_is_ref
 
     small = build_tiny_llama(tmp_path / "small", hidden_size=16, num_layers=1, seed=2)
     trainer = SearchTrainer(config(rl_model_dir, tmp_path / "run", strategy="mcts", estimator="tree", iterations=5,
-                                   lr=1e-3, critic=CriticConfig(lr=3e-3, model=str(small))), PROBLEMS, digit_fraction)
+                                   lr=1e-3, critic=CriticConfig(enabled=True, lr=3e-3, model=str(small))), PROBLEMS, digit_fraction)
     trunk = trainer.learner.critic.model.config
     assert (trunk.hidden_size, trunk.num_hidden_layers) == (16, 1)  # the policy's is (64, 2)
     history = trainer.run(progress=False)
@@ -101,7 +101,7 @@ def test_a_critic_on_a_smaller_models_trunk_learns_and_another_vocabulary_is_ref
     assert sum(errors[1:]) / 4 < 0.6 * errors[0], errors
     other = build_tiny_llama(tmp_path / "other", alphabet="abc xyz", hidden_size=16, num_layers=1)
     with pytest.raises(ValueError, match="has another vocabulary than the policy .* leave CriticConfig.model empty"):
-        SearchTrainer(config(rl_model_dir, tmp_path / "bad", critic=CriticConfig(model=str(other))), PROBLEMS,
+        SearchTrainer(config(rl_model_dir, tmp_path / "bad", critic=CriticConfig(enabled=True, model=str(other))), PROBLEMS,
                       digit_fraction)
 
 
@@ -235,6 +235,21 @@ def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
 def test_bad_configs_raise_one_clear_error(changes, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         config("m", tmp_path, **changes)
+
+
+def test_a_critic_is_built_only_when_something_reads_it(tmp_path):
+    from rl.config import LoopVerifierConfig
+
+    def trains(**changes):
+        return config("unused-model", tmp_path, **changes).trains_critic
+
+    assert not trains()  # GRPO over best-of-N groups reads no value
+    assert trains(strategy="mcts")  # it guides the search from the second iteration on
+    assert not trains(strategy="mcts", scorer="some-scorer-folder")  # a scorer folder guides it instead
+    assert not trains(strategy="mcts", loop_verifier=LoopVerifierConfig(model="some-folder"))
+    assert not trains(strategy="mcts", critic=CriticConfig(use_as_scorer=False))
+    assert trains(estimator="gae", critic=CriticConfig(target="gae"))  # GAE reads its values
+    assert trains(critic=CriticConfig(enabled=True)) and not trains(strategy="mcts", critic=CriticConfig(enabled=False))
 
 
 def test_bad_loss_epsilon_raises():

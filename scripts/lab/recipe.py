@@ -256,7 +256,7 @@ def _run_demo(config: DemoConfig) -> dict:
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
         prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
         lr=config.rl_lr, minibatches=config.rl_minibatches, seed=config.seed,
-        critic=CriticConfig(lr=1e-3, model=str(verifier.model_dir) if config.rl_critic == "verifier" else ""),
+        critic=CriticConfig(enabled=True, lr=1e-3, model=str(verifier.model_dir) if config.rl_critic == "verifier" else ""),
         learner_threads=config.learner_threads,
         scorer=str(verifier.model_dir), tis_cap=config.rl_tis_cap if config.rl_temperature != 1.0 else None,
         dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
