@@ -9,8 +9,8 @@ Per iteration (DESIGN.md, "Trainer loop"):
 
 Every random choice of iteration i is drawn from seeds derived from (seed, i), and torch's global
 RNG is seeded per iteration inside the trainer's scope (`rl.runtime.torch_settings`), so a run
-resumed from a checkpoint continues exactly as an uninterrupted one, and the caller's torch settings
-(threads, determinism, RNG) are as it left them.
+resumed from a checkpoint (rl/checkpoint.py: the newest valid one) continues exactly as an
+uninterrupted one, and the caller's torch settings (threads, determinism, RNG) are as it left them.
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ class SearchTrainer:
         (several runs in one process share it: rl/comparison.py)."""
         if not problems:
             raise ValueError("SearchTrainer needs at least one problem to train on")
+        if resume:
+            checkpoint.require(config.output_dir)  # before any model loads
         distributed.init_from_environment()  # launched by torchrun: one learner rank per process
         self.world = distributed.world_size()
         if config.prompts_per_iteration % (self.world * config.minibatches):
@@ -91,9 +93,10 @@ class SearchTrainer:
             from transformers import AutoTokenizer
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        if resume and checkpoint.exists(config.output_dir):
+        if resume:  # the newest valid checkpoint, or CheckpointError: resuming never means starting over
             self.iteration = checkpoint.load(config.output_dir, self.learner)
             self._push()
+        self._saved = resume  # a run that did not resume replaces earlier runs' checkpoints at its first save
         self.tree_store = (TreeStore(config.tree_store).start(self.iteration)
                            if config.tree_store and distributed.is_main() else None)
         self.logger = (MetricsLogger(config.output_dir, resume_from=self.iteration if resume else None)
@@ -263,7 +266,9 @@ class SearchTrainer:
                                                   for v in self.engine.weights_versions())
             self.logger.log(metrics)
         if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
-            checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration)  # every rank: rank 0 writes
+            checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration,  # every rank: rank 0 writes
+                            keep=c.checkpoints_kept, discard_others=not self._saved)
+            self._saved = True
         return metrics
 
     def run(self, progress: bool = True) -> list[dict]:

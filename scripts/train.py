@@ -7,13 +7,14 @@
 
 Every TrainConfig option below can be given; the search settings are the planner's own
 (--best_of_n.*, --beam.*, --dvts.*, --mcts.*: the one named by --strategy is used). `--resume`
-continues a killed run from its last checkpoint in --output_dir. Metrics:
+continues a killed run from its newest valid checkpoint in --output_dir (rl/checkpoint.py). Metrics:
 <output_dir>/metrics.jsonl, metrics.csv and tensorboard/.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--task_path", default=None, help="local file of the task (default: ../shared/data)")
     data.add_argument("--split", default="train", help="dataset split (default: train)")
     data.add_argument("--limit", type=int, default=None, help="use only the first N problems")
-    parser.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in "
+                                                           "<output_dir>/checkpoints (an error if there is none)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from planner.logs import configure_logging
     from planner.policy.local_models import resolve_model
+    from rl.checkpoint import CheckpointError
     from rl.cli import dataclass_from_args
     from rl.config import TrainConfig
     from rl.trainer import SearchTrainer
@@ -57,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         parser.error(str(error))
     problems = task.problems[: args.limit] if args.limit else task.problems
-    trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract, resume=args.resume)
+    logging.getLogger("rl.checkpoint").setLevel(logging.INFO)  # the line naming the checkpoint --resume takes
+    try:
+        trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract, resume=args.resume)
+    except CheckpointError as error:  # nothing (valid) to resume: one line, no traceback
+        parser.exit(2, f"{parser.prog}: error: --resume: {error}\n")
     history = trainer.run(progress=not args.quiet)
     from rl import distributed
     if history and distributed.is_main():
