@@ -241,12 +241,13 @@ def _read(folder: Path, with_critic: bool):
         raise CheckpointError(f"the checkpoint in {folder} was saved without a critic, but this run trains one: "
                               "resume with critic.enabled=false, or start a new output_dir")
     try:
-        weights = [_weights(folder / "policy", load_file), _weights(folder / "critic", load_file) if with_critic else None]
+        policy = _weights(folder / "policy", load_file)
+        critic = _weights(folder / "critic", load_file) if with_critic else None
     except (SafetensorError, OSError) as error:
         raise _Invalid(f"its weights do not load: {error}") from None
-    if not weights[0] or with_critic and not weights[1]:
+    if not policy or with_critic and not critic:
         raise _Invalid("a model folder holds no *.safetensors weights")
-    return state, weights[0], weights[1]
+    return state, policy, critic
 
 
 def _weights(folder: Path, load_file) -> dict:
