@@ -253,6 +253,9 @@ class TrainConfig:
     other work shares the cores: oversubscribed torch threads can be many times slower."""
     checkpoint_every: int = 5
     """Save a resumable checkpoint every this many iterations (and after the last one)."""
+    checkpoints_kept: int = 2
+    """Keep this many newest checkpoints (<output_dir>/checkpoints/iteration-N): --resume falls back to an
+    older one when the newest is damaged (rl/checkpoint.py)."""
     debug: bool = False
     """Check every iteration that the engine's log-probabilities of the sampled tokens equal the
     learner's within 1e-3 (weights in sync); raise when they do not."""
@@ -274,7 +277,7 @@ class TrainConfig:
             raise ValueError("TrainConfig: critic.target='gae' regresses GAE returns, which only estimator='gae' "
                              f"computes; got estimator={self.estimator!r}: set critic.target='tree' or estimator='gae'")
         for name in ("iterations", "prompts_per_iteration", "epochs", "minibatches", "threads", "checkpoint_every",
-                     "engine_replicas"):
+                     "checkpoints_kept", "engine_replicas"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 _fail("TrainConfig", name, "an integer >= 1", value)

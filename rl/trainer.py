@@ -10,8 +10,8 @@ Per iteration:
 
 Every random choice of iteration i is drawn from seeds derived from (seed, i), and torch's global
 RNG is seeded per iteration inside the trainer's scope (`rl.runtime.torch_settings`), so a run
-resumed from a checkpoint continues exactly as an uninterrupted one, and the caller's torch settings
-(threads, determinism, RNG) are as it left them.
+resumed from a checkpoint (rl/checkpoint.py: the newest valid one) continues exactly as an
+uninterrupted one, and the caller's torch settings (threads, determinism, RNG) are as it left them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -46,7 +45,11 @@ from rl.metrics import MetricsLogger
 from rl.runtime import torch_settings
 from rl.tree_store import TreeStore
 
-__all__ = ["SearchTrainer"]
+__all__ = ["SearchTrainer", "LOOP_VALUE"]
+
+LOOP_VALUE = "loop_value"
+"""The loop verifier's folder inside each checkpoint (`<output_dir>/checkpoint/loop_value` is the newest's): a
+folder `planner.load_scorer` loads, with its AdamW state and buffers for --resume."""
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +93,8 @@ class SearchTrainer:
             raise ValueError("SearchTrainer needs at least one problem to train on")
         if str(config.model) in NAMED_MODELS:  # a name such as "smollm2": the folder it converts to, once
             config = dataclasses.replace(config, model=str(resolve_model(config.model)))
+        if resume:
+            checkpoint.require(config.output_dir)  # before any model loads
         distributed.init_from_environment()  # launched by torchrun: one learner rank per process
         self.world = distributed.world_size()
         if config.prompts_per_iteration % (self.world * config.minibatches):
@@ -109,30 +114,26 @@ class SearchTrainer:
                 self.engine = engine if engine is not None else self._load_engine()
         self.search_scorer = (load_scorer(config.scorer, decode=self.engine.decode)
                               if config.scorer and self.engine is not None else None)
-        self.loop_verifier = None
-        if config.loop_verifier.model and distributed.is_main():
-            check_same_vocabulary(config.model, config.loop_verifier.model, "the loop verifier",
-                                  "TrainConfig.loop_verifier.model")
-            saved = self.loop_value_dir if resume and self.loop_value_dir.is_dir() else None
-            self.loop_verifier = LoopVerifier(config.loop_verifier, start=saved)
         if self.engine is not None:
             self.tokenizer = self.engine.tokenizer
         else:
             from transformers import AutoTokenizer
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        if resume and checkpoint.exists(config.output_dir):
+        if resume:  # the newest valid checkpoint, or CheckpointError: resuming never means starting over
             self.iteration = checkpoint.load(config.output_dir, self.learner)
             self._push()
+        self.loop_verifier = None
+        if config.loop_verifier.model and distributed.is_main():
+            check_same_vocabulary(config.model, config.loop_verifier.model, "the loop verifier",
+                                  "TrainConfig.loop_verifier.model")
+            saved = checkpoint.iteration_dir(config.output_dir, self.iteration) / LOOP_VALUE if resume else None
+            self.loop_verifier = LoopVerifier(config.loop_verifier, start=saved)
+        self._saved = resume  # a run that did not resume replaces earlier runs' checkpoints at its first save
         self.tree_store = (TreeStore(config.tree_store).start(self.iteration)
                            if config.tree_store and distributed.is_main() else None)
         self.logger = (MetricsLogger(config.output_dir, resume_from=self.iteration if resume else None)
                        if distributed.is_main() else None)
-
-    @property
-    def loop_value_dir(self) -> Path:
-        """Where the loop verifier is saved with every checkpoint: a folder `planner.load_scorer` loads."""
-        return Path(self.config.output_dir) / "loop_value"
 
     def _load_engine(self):
         c = self.config
@@ -304,9 +305,10 @@ class SearchTrainer:
                                                   for v in self.engine.weights_versions())
             self.logger.log(metrics)
         if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
-            checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration)  # every rank: rank 0 writes
-            if self.loop_verifier is not None:
-                self.loop_verifier.save(self.loop_value_dir)
+            extras = {LOOP_VALUE: self.loop_verifier.save} if self.loop_verifier is not None else None
+            checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration,  # every rank: rank 0 writes
+                            keep=c.checkpoints_kept, discard_others=not self._saved, extras=extras)
+            self._saved = True
         return metrics
 
     def run(self, progress: bool = True) -> list[dict]:

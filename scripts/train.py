@@ -7,17 +7,19 @@
 
 Every TrainConfig option below can be given; the search settings are the planner's own
 (--best_of_n.*, --beam.*, --dvts.*, --mcts.*: the one named by --strategy is used). `--resume`
-continues a killed run from its last checkpoint in --output_dir. Metrics:
+continues a killed run from its newest valid checkpoint in --output_dir (rl/checkpoint.py). Metrics:
 <output_dir>/metrics.jsonl, metrics.csv and tensorboard/.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from planner.logs import configure_logging
+from rl.checkpoint import CheckpointError
 from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args
 from task_options import add_task_options, task_options
 from verifiers import load_task
@@ -35,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--split", default="train", help="dataset split (default: train)")
     data.add_argument("--limit", type=at_least(1), default=None, help="use only the first N problems")
     add_task_options(data)
-    parser.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in "
+                                                           "<output_dir>/checkpoints (an error if there is none)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
@@ -60,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as error:
         parser.error(str(error))
     problems = task.problems[: args.limit] if args.limit else task.problems
-    trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract, resume=args.resume)
+    logging.getLogger("rl.checkpoint").setLevel(logging.INFO)  # the line naming the checkpoint --resume takes
+    try:
+        trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract, resume=args.resume)
+    except CheckpointError as error:  # nothing (valid) to resume: one line, no traceback
+        parser.exit(2, f"{parser.prog}: error: --resume: {error}\n")
     history = trainer.run(progress=not args.quiet)
     from rl import distributed
     if history and distributed.is_main():

@@ -13,7 +13,8 @@ from verifiers import load_task
 
 GRPO_ONLY = ("estimator", "gamma", "lam", "lr", "epochs", "minibatches", "old_logprobs", "max_grad_norm", "loss",
              "kl_placement", "kl_reward_coef", "kl_target", "drop_zero_variance_groups", "critic", "reference_device",
-             "micro_batch_tokens", "tis_cap", "engine_sleep", "checkpoint_every", "debug")
+             "micro_batch_tokens", "tis_cap", "engine_sleep", "checkpoint_every", "checkpoints_kept",
+             "debug")
 """TrainConfig fields of the GRPO/PPO learner, which these trainers do not use (each has its own lr)."""
 
 

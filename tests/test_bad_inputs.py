@@ -149,10 +149,6 @@ ROWS = [
     ("demo-output-under-a-file", "output path", ["demo.py", "--output_dir", "{file}/demo"], "output_dir"),
     ("demo-candidates-zero", "size below its minimum", ["demo.py", "--rl_candidates", "0"], "rl_candidates"),
 ]
-XFAIL = {"train-resume-without-checkpoint": "fixed on branch ckpt"}
-"""Rows whose fix is on another branch."""
-
-
 @pytest.fixture(scope="module")
 def places(tmp_path_factory) -> dict[str, str]:
     """The placeholders' values (see the module docstring)."""
@@ -208,8 +204,7 @@ def test_the_table_covers_every_script():
     assert len(ROWS) >= 40 and len({row[0] for row in ROWS}) == len(ROWS)
 
 
-@pytest.mark.parametrize("row", [pytest.param(row, id=row[0], marks=[pytest.mark.xfail(reason=XFAIL[row[0]])]
-                                              if row[0] in XFAIL else []) for row in ROWS])
+@pytest.mark.parametrize("row", [pytest.param(row, id=row[0]) for row in ROWS])
 def test_bad_input_is_one_clear_error_before_any_work(row, outcomes):
     name, _, _, option = row
     outcome = outcomes[name]

@@ -89,7 +89,7 @@ def test_the_loop_verifier_values_every_search_and_learns_from_the_trees(model_d
     assert all(m["loop_value_loss"] > 0 for m in history)
     moved = [k for k, v in trainer.loop_verifier.model.named_parameters() if not torch.equal(v, start[k])]
     assert moved  # it trained
-    assert (tmp_path / "loop_value" / "scorer.json").is_file()
+    assert (tmp_path / "checkpoint" / "loop_value" / "scorer.json").is_file()  # inside each checkpoint
     resumed = SearchTrainer(config(model_dir, tmp_path, strategy="mcts", iterations=2,
                                    critic=CriticConfig(enabled=False), loop_verifier=loop),
                             PROBLEMS, has_digit, resume=True)
