@@ -27,6 +27,7 @@ import torch
 
 from rl import checkpoint
 from rl.checkpoint import CheckpointError
+from rl.config import CriticConfig
 from rl.metrics import MEASURED, read_metrics
 from rl.trainer import SearchTrainer
 
@@ -40,7 +41,8 @@ def strip(rows):
 
 
 def settings(model_dir, out, **changes):
-    return config(model_dir, out, **{"iterations": 3, "checkpoint_every": 1, "deterministic": True, **changes})
+    return config(model_dir, out, **{"iterations": 3, "checkpoint_every": 1, "deterministic": True,
+                                     "critic": CriticConfig(enabled=True), **changes})
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +189,7 @@ def die_linking(output_dir, newest):  # renamed into place, neither linked nor t
     return link(output_dir, newest)
 ck._sealed, ck._link_newest = die_sealing, die_linking
 sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))  # as for a script run directly: scripts/ holds its helpers
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
