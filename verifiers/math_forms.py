@@ -57,6 +57,14 @@ _STRIP_TOKENS = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "$", "^
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![a-zA-Z])")
 _PLAIN_NUMBER = re.compile(r"(-?)(\d+(?:\.\d+)?|\.\d+)(?:/(\d+))?")
 _LATEX_FRAC = re.compile(r"(-?)\\frac\{(\d+)\}\{(\d+)\}")
+_DOUBLED_BACKSLASH = re.compile(r"(?<!\\)\\\\(?=[A-Za-z])")  # "\\\\frac" as JSON-escaped text writes "\\frac"
+_CONNECTOR = re.compile(r"\s*,?\s*(?:\\text\{\s*(?:and|or)\s*\}|(?<![A-Za-z\\])(?:and|or)(?![A-Za-z]))\s*")
+_QUAD = re.compile(r"\\q?quad(?![A-Za-z])")
+_MIXED_PLAIN = re.compile(r"(-?)(\d+)\s+(\d+)/(\d+)")
+_MIXED_LATEX = re.compile(r"(-?)(\d+)\s*\\[dt]?frac\s*(?:\{(\d+)\}|(\d))\s*(?:\{(\d+)\}|(\d))")
+_DEFINITION = re.compile(r"\s*[A-Za-z](?:_\{?\w+\}?)?(?:\([^()=]*\))?\s*=([^=<>]+)")
+_UNIT_WORDS = re.compile(r"(-?\d[\d.]*)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*(?:\^\{?\d\}?)?")
+_SINGLE_INDEX = re.compile(r"([_^])\{(\w)\}")
 
 
 class Undecided(Exception):
@@ -109,11 +117,33 @@ def _rewrite_separators(s: str) -> str:
     return "".join(out) + s[last:]
 
 
+def _mixed_number(s: str) -> str:
+    """A whole answer that is a mixed number (``4 4/9``, ``-2\\frac58``, ``1\\frac{1}{2}``)
+    written as one fraction; anything else (an improper part ``11 7/6`` too) unchanged."""
+    m = _MIXED_PLAIN.fullmatch(s) or _MIXED_LATEX.fullmatch(s)
+    if m is None:
+        return s
+    sign, whole, *parts = m.groups()
+    numerator, denominator = (int(p) for p in parts if p is not None)
+    if not 0 <= numerator < denominator:
+        return s
+    return f"{sign}\\frac{{{int(whole) * denominator + numerator}}}{{{denominator}}}"
+
+
 def readings(answer: str) -> list[str]:
-    """The ways ``answer`` can be read: one string, or two for a lone decimal-or-list comma
-    (``1,22`` -> ``["1.22", "1,22"]``), each cleaned and with thousands separators removed."""
-    s = _rewrite_separators(clean(answer))
-    return [s.replace(",", "."), s] if _DECIMAL_COMMA.fullmatch(s) else [s]
+    """The ways ``answer`` can be read (see the module rules), each cleaned, with thousands
+    separators removed and list connectors made commas: two for a lone decimal-or-list comma
+    (``1,22`` -> ``["1.22", "1,22"]``); the right side of a definition (``f(x) = 2x + 3`` also
+    reads ``2x + 3``); a number without the unit words after it (``10 weeks`` also reads ``10``)."""
+    s = _DOUBLED_BACKSLASH.sub(r"\\", clean(answer))
+    s = _QUAD.sub(" ", _CONNECTOR.sub(", ", s)).strip()
+    s = _mixed_number(_rewrite_separators(s))
+    found = [s.replace(",", "."), s] if _DECIMAL_COMMA.fullmatch(s) else [s]
+    for pattern in (_DEFINITION, _UNIT_WORDS):
+        m = pattern.fullmatch(s)
+        if m and m.group(1).strip() not in found:
+            found.append(m.group(1).strip())
+    return found
 
 
 def _unwrap_command(s: str, command: str) -> str:
@@ -145,6 +175,7 @@ def _canonical(reading: str) -> str:
         if command + "{" in s:
             s = _unwrap_command(s, command)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = _SINGLE_INDEX.sub(r"\1\2", s)  # x_{1} as x_1, 4210_{7} as 4210_7
     for token in _STRIP_TOKENS:
         s = s.replace(token, "")
     return _TRAILING_PUNCTUATION.sub("", re.sub(r"\s+", "", s))
@@ -193,6 +224,8 @@ def _collection(reading: str) -> tuple[str, list[str]] | None:
     if s.startswith("\\{") and s.endswith("\\}") and _closes_at_end(s[1:]):
         inner = s[2:-2].strip()
         return "set", (_split_top(inner) if inner else [])
+    if s.startswith("{") and s.endswith("}") and _closes_at_end(s) and len(_split_top(s[1:-1])) >= 2:
+        return "set", _split_top(s[1:-1])  # {1, 2}: a set written without escaped braces
     if s.startswith("(") and s.endswith(")") and _closes_at_end(s):
         parts = _split_top(s[1:-1])
         return ("tuple", parts) if len(parts) >= 2 else None
