@@ -33,7 +33,7 @@ from verifiers.math_extract import (
     extract_last_number,
     extract_math_span,
 )
-from verifiers.math_forms import Undecided, equal_readings, readings
+from verifiers.math_forms import Undecided, equal_readings, reading_pairs
 from verifiers.timeout import CallTimeout, WorkerPool
 
 __all__ = [
@@ -68,11 +68,14 @@ _POOL = WorkerPool(
 
 
 def _warm_worker() -> bool:
-    """Runs once in each new worker: import math-verify and silence its no-timeout warning."""
+    """Runs once in each new worker, outside any call's time limit: import math-verify, silence
+    its no-timeout warning, and run one comparison, because the first LaTeX parse in a process
+    builds the parser (about 2 s on a loaded core) -- charged to the first real call, it would
+    time that call out, and the replacement worker's first call after it."""
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     import math_verify  # noqa: F401
 
-    return True
+    return _math_verify_equal("\\frac{1}{2}", "0.5")
 
 
 @lru_cache(maxsize=4096)
@@ -118,7 +121,7 @@ def verify(gold: str, pred: str | None, timeout: float = DEFAULT_TIMEOUT_S) -> b
     if not isinstance(pred, str):
         return False
     limit = MAX_ANSWER_CHARS * 4
-    pairs = [(g, p) for g in readings(gold[:limit]) for p in readings(pred[:limit])]
+    pairs = reading_pairs(gold[:limit], pred[:limit])
     try:
         if any(equal_readings(g, p, _needs_sympy) for g, p in pairs):
             return len(pred) <= limit

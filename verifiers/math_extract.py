@@ -2,9 +2,9 @@
 
 A chain of small, separately tested extractors; the first that finds something answers:
 
-1. the last **explicit marker** -- ``\\boxed{}`` (boxes separated only by "and", "or", commas,
-   ``\\quad`` or math delimiters are one answer, joined with ", ": ``\\boxed{1} and \\boxed{2}``
-   answers "1, 2") or a final-answer phrase in English, Chinese, French, German or Spanish ("the
+1. the last **explicit marker** -- ``\\boxed{}`` (boxes in one math span, or separated only by
+   "and", "or", commas, ``\\quad`` or math delimiters, are one answer, joined with ", ":
+   ``\\boxed{1} and \\boxed{2}`` answers "1, 2") or a final-answer phrase in English, Chinese, French, German or Spanish ("the
    answer is", 答案是, "la réponse est", "Antwort:", "la respuesta es"), whichever comes later in
    the text (Minerva's "Final Answer: The final answer is $X$" after an earlier ``\\boxed{}``
    answers X). A phrase followed by prose ("Final Answer: The largest $n$ is 34.") answers with the
@@ -69,18 +69,24 @@ def _last_box_start(text: str, before: int) -> int:
 
 def extract_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), nested braces allowed, joined
-    with the boxes right before it when only "and", "or", commas, ``\\quad`` or math delimiters
-    separate them. Also accepts the brace-less ``\\boxed 5``. None when there is none or the last
+    with the boxes before it in the same math span (``$$\\boxed{(3, 3)} \\text{ for (a) and }
+    \\boxed{(1, 1)}$$``) or separated from it only by "and", "or", commas, ``\\quad`` or math
+    delimiters. Also accepts the brace-less ``\\boxed 5``. None when there is none or the last
     one is unclosed."""
     pos = _last_box_start(text, len(text))
     found = _box_at(text, pos) if pos >= 0 else None
     if found is None:
         return None
     parts = [found[0]]
+    span_start = -1
     while len(parts) < MAX_JOINED_BOXES:
         previous = _last_box_start(text, pos)
         box = _box_at(text, previous) if previous >= 0 else None
-        if box is None or box[1] > pos or not _BOX_GAP.fullmatch(text, box[1], pos):
+        if box is None or box[1] > pos:
+            break
+        if span_start < 0:
+            span_start = next((a for a, b, _ in _spans(text) if a <= pos < b), len(text))
+        if previous < span_start and not _BOX_GAP.fullmatch(text, box[1], pos):
             break
         parts.insert(0, box[0])
         pos = previous
@@ -147,7 +153,40 @@ def extract_math_span(text: str) -> str | None:
     return content if _answer_like(content) else None
 
 
-_SPAN = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\((.+?)\\\)|(?<!\\)\$((?:\\\$|[^$\n])+?)(?<!\\)\$", re.DOTALL)
+_OPENING = re.compile(r"\$\$|\\\[|\\\(|(?<!\\)\$")
+_CLOSING = {"$$": "$$", "\\[": "\\]", "\\(": "\\)", "$": "$"}
+
+
+def _closing_at(text: str, closing: str, start: int) -> int:
+    """Index of the first ``closing`` at or after ``start`` (an escaped ``\\$`` does not close)."""
+    i = text.find(closing, start)
+    while closing == "$" and i > 0 and text[i - 1] == "\\":
+        i = text.find(closing, i + 1)
+    return i
+
+
+def _spans(text: str):
+    """(start, end, content) of each math span, left to right; inline ``$..$`` and ``\\(..\\)``
+    do not cross a line. Linear time: once a closing delimiter is missing after some point, later
+    openings of that kind are not searched again."""
+    missing: set[str] = set()
+    pos = 0
+    while True:
+        opening = _OPENING.search(text, pos)
+        if opening is None:
+            return
+        closing = _CLOSING[opening.group(0)]
+        close = -1 if closing in missing else _closing_at(text, closing, opening.end())
+        if close < 0:
+            missing.add(closing)
+            pos = opening.end()
+            continue
+        content = text[opening.end() : close]
+        if closing in ("$", "\\)") and "\n" in content:
+            pos = close if closing == "$" else opening.end()
+            continue
+        yield opening.start(), close + len(closing), content.strip()
+        pos = close + len(closing)
 _NUMBER = re.compile(r"(?<![A-Za-z_])(?:-?\d+(?:,\d+)*(?:\.\d+)?(?:/\d+)?|-?\.\d+)")
 
 
@@ -166,12 +205,11 @@ def extract_last_item(text: str) -> str | None:
     command and at most one word, unless a number outside every span comes after it."""
     span_end, span_content, masked = -1, None, []
     last = 0
-    for match in _SPAN.finditer(text):
-        content = next(g for g in match.groups() if g is not None).strip()
-        masked += [text[last : match.start()], " " * (match.end() - match.start())]
-        last = match.end()
+    for start, end, content in _spans(text):
+        masked += [text[last:start], " " * (end - start)]
+        last = end
         if _answer_like(content):
-            span_end, span_content = match.end(), content
+            span_end, span_content = end, content
     masked.append(text[last:])
     number = None
     for number in _NUMBER.finditer("".join(masked)):

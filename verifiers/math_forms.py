@@ -38,7 +38,17 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
-__all__ = ["Undecided", "braced", "clean", "equal_readings", "normalize_answer", "readings", "to_ascii"]
+__all__ = [
+    "Undecided",
+    "braced",
+    "clean",
+    "definition_value",
+    "equal_readings",
+    "normalize_answer",
+    "reading_pairs",
+    "readings",
+    "to_ascii",
+]
 
 MAX_ELEMENTS = 32
 """Collections with more elements are left to math-verify whole (the matching is quadratic)."""
@@ -130,20 +140,43 @@ def _mixed_number(s: str) -> str:
     return f"{sign}\\frac{{{int(whole) * denominator + numerator}}}{{{denominator}}}"
 
 
+def _prepared(answer: str) -> str:
+    """The answer cleaned, connectors made commas, separators rewritten, a mixed number joined."""
+    s = _DOUBLED_BACKSLASH.sub(r"\\", clean(answer))
+    s = _QUAD.sub(" ", _CONNECTOR.sub(", ", s)).strip()
+    return _mixed_number(_rewrite_separators(s))
+
+
 def readings(answer: str) -> list[str]:
     """The ways ``answer`` can be read (see the module rules), each cleaned, with thousands
     separators removed and list connectors made commas: two for a lone decimal-or-list comma
-    (``1,22`` -> ``["1.22", "1,22"]``); the right side of a definition (``f(x) = 2x + 3`` also
-    reads ``2x + 3``); a number without the unit words after it (``10 weeks`` also reads ``10``)."""
-    s = _DOUBLED_BACKSLASH.sub(r"\\", clean(answer))
-    s = _QUAD.sub(" ", _CONNECTOR.sub(", ", s)).strip()
-    s = _mixed_number(_rewrite_separators(s))
+    (``1,22`` -> ``["1.22", "1,22"]``); a number without the unit words after it (``10 weeks``
+    also reads ``10``)."""
+    s = _prepared(answer)
     found = [s.replace(",", "."), s] if _DECIMAL_COMMA.fullmatch(s) else [s]
-    for pattern in (_DEFINITION, _UNIT_WORDS):
-        m = pattern.fullmatch(s)
-        if m and m.group(1).strip() not in found:
-            found.append(m.group(1).strip())
+    m = _UNIT_WORDS.fullmatch(s)
+    if m and m.group(1) not in found:
+        found.append(m.group(1))
     return found
+
+
+def definition_value(answer: str) -> str | None:
+    """The right side of a definition ``name = value`` or ``f(x) = value`` (one ``=``), else None."""
+    m = _DEFINITION.fullmatch(_prepared(answer))
+    return m.group(1).strip() if m else None
+
+
+def reading_pairs(gold: str, pred: str) -> list[tuple[str, str]]:
+    """The (gold, pred) reading pairs to compare: every reading of one against every reading of
+    the other. A definition's value is one more reading (``f(x) = 2x + 3`` vs ``2x + 3``); when
+    both answers are definitions only their values are compared (``f(x) = 2x + 3`` vs
+    ``y = 2x + 3``), which also keeps sympy from comparing two whole equations."""
+    g_value, p_value = definition_value(gold), definition_value(pred)
+    if g_value and p_value:
+        return [(g, p) for g in readings(g_value) for p in readings(p_value)]
+    g_all = readings(gold) + ([g_value] if g_value else [])
+    p_all = readings(pred) + ([p_value] if p_value else [])
+    return [(g, p) for g in g_all for p in p_all]
 
 
 def _unwrap_command(s: str, command: str) -> str:
