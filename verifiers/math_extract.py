@@ -10,9 +10,10 @@ A chain of small, separately tested extractors; the first that finds something a
    answers X). A phrase followed by prose ("Final Answer: The largest $n$ is 34.") answers with the
    last item of that sentence (step 4);
 2. GSM8K's ``#### N``, else the final-answer phrase (or the box, when the phrase yields nothing);
-3. the **whole text** when it is a bare answer: one math span (``$odd$``, ``$$f(y) = y$$``) or
-   one line with no word of two or more letters outside LaTeX commands (``x >= 5``,
-   ``\\frac{10}{9}``, ``(1, 2, 3)``, ``1 000``);
+3. the **whole text** when it is a bare answer: math spans and nothing else but "and", "or" or
+   commas between them (``$odd$``, ``$$f(y) = y$$``, ``$2$ or $3$``), or one line with no word
+   of two or more letters outside LaTeX commands (``x >= 5``, ``\\frac{10}{9}``, ``(1, 2, 3)``,
+   ``1 000``);
 4. in prose, the **last answer-like item**: the last math span that holds a digit or a LaTeX
    command and at most one word (``Therefore $x \\geq 5$ is the solution.``), or the last number
    written after it (``$3 \\times 4 = 12$ a day, so 84 in a week`` answers 84). A number glued
@@ -40,6 +41,8 @@ __all__ = [
 
 MAX_JOINED_BOXES = 32
 """At most this many adjacent boxes are joined into one answer."""
+MAX_BARE_CHARS = 1000
+"""A longer text is never taken whole as the answer."""
 
 _BOX_GAP = re.compile(
     r"(?:\s|[,;]|\$|\\[()\[\]]|\\q?quad\b|\\[,;:! ]|\b(?:and|or)\b|\\text\{\s*(?:and|or|,)?\s*\})*"
@@ -251,13 +254,19 @@ def _phrase_end(text: str) -> int:
 
 
 def extract_bare(text: str) -> str | None:
-    """The whole text when it is a bare answer: one math span, or one line without words."""
+    """The whole text when it is a bare answer: math spans separated only by "and", "or" or
+    commas (``$odd$``; ``$2$ or $3$`` answers "2, 3"), or one line without words."""
     s = text.strip().rstrip(".").strip()
-    if not s or len(s) > 1000:
+    if not s or len(s) > MAX_BARE_CHARS:
         return None
-    span = _math_span_at(s, end=False)
-    if span is not None and _math_span_at(s, end=True) == span and len(span) + 4 >= len(s):
-        return span
+    if s.startswith(("$", "\\(", "\\[")):
+        contents, last = [], 0
+        for start, end, content in _spans(s):
+            if not _BOX_GAP.fullmatch(s, last, start):
+                return None
+            contents.append(content)
+            last = end
+        return ", ".join(contents) if contents and last == len(s) and all(contents) else None
     if "\n" in s or "$" in s or "\\(" in s or "\\[" in s or _words(s) > 0:
         return None
     return s
