@@ -207,6 +207,15 @@ def test_unclosed_math_delimiters_are_scanned_in_linear_time(opening):
     assert time.monotonic() - start < 2.0
 
 
+def test_long_digit_runs_are_read_in_linear_time():
+    # A 4000-digit answer (the most verify reads) once took seconds: a separator pattern retried
+    # every digit of the run as a start.
+    start = time.monotonic()
+    reading_pairs("3", "7" * 4000)
+    reading_pairs("3", "7" * 3999 + ",5")
+    assert time.monotonic() - start < 0.5
+
+
 def test_worker_warmup_runs_a_real_comparison():
     # The warmup parses LaTeX once so the first timed call does not pay for building the parser.
     assert vmath._warm_worker() is True

@@ -59,7 +59,7 @@ _FULL_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000:
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _EXPLICIT_SEPARATOR = re.compile(r"(?<=\d)(?:,\s*\\!\s*|\{,\})(?=\d)")
 _MARK = "\x1f"  # stands for an explicit number separator while numbers are rewritten
-_MARKED_NUMBER = re.compile(rf"\d+(?:{_MARK}\d+)+")
+_MARKED_NUMBER = re.compile(rf"(?<!\d)\d+(?:{_MARK}\d+)+")  # from a digit run's start: linear
 _THOUSANDS = re.compile(r"(?<![\w.,])[1-9]\d{0,2}(?:,\d{3})+(?![\w,])")
 _DECIMAL_COMMA = re.compile(r"-?\d+,\d+")
 _TRAILING_PUNCTUATION = re.compile(r"(?<!\.)[.,;]\s*$")  # one mark, never part of an ellipsis
@@ -152,7 +152,10 @@ def readings(answer: str) -> list[str]:
     separators removed and list connectors made commas: two for a lone decimal-or-list comma
     (``1,22`` -> ``["1.22", "1,22"]``); a number without the unit words after it (``10 weeks``
     also reads ``10``)."""
-    s = _prepared(answer)
+    return _readings_of(_prepared(answer))
+
+
+def _readings_of(s: str) -> list[str]:
     found = [s.replace(",", "."), s] if _DECIMAL_COMMA.fullmatch(s) else [s]
     m = _UNIT_WORDS.fullmatch(s)
     if m and m.group(1) not in found:
@@ -160,10 +163,14 @@ def readings(answer: str) -> list[str]:
     return found
 
 
+def _definition_of(s: str) -> str | None:
+    m = _DEFINITION.fullmatch(s)
+    return m.group(1).strip() if m else None
+
+
 def definition_value(answer: str) -> str | None:
     """The right side of a definition ``name = value`` or ``f(x) = value`` (one ``=``), else None."""
-    m = _DEFINITION.fullmatch(_prepared(answer))
-    return m.group(1).strip() if m else None
+    return _definition_of(_prepared(answer))
 
 
 def reading_pairs(gold: str, pred: str) -> list[tuple[str, str]]:
@@ -171,12 +178,13 @@ def reading_pairs(gold: str, pred: str) -> list[tuple[str, str]]:
     the other. A definition's value is one more reading (``f(x) = 2x + 3`` vs ``2x + 3``); when
     both answers are definitions only their values are compared (``f(x) = 2x + 3`` vs
     ``y = 2x + 3``), which also keeps sympy from comparing two whole equations."""
-    g_value, p_value = definition_value(gold), definition_value(pred)
+    g, p = _prepared(gold), _prepared(pred)
+    g_value, p_value = _definition_of(g), _definition_of(p)
     if g_value and p_value:
-        return [(g, p) for g in readings(g_value) for p in readings(p_value)]
-    g_all = readings(gold) + ([g_value] if g_value else [])
-    p_all = readings(pred) + ([p_value] if p_value else [])
-    return [(g, p) for g in g_all for p in p_all]
+        return [(a, b) for a in readings(g_value) for b in readings(p_value)]
+    g_all = _readings_of(g) + ([g_value] if g_value else [])
+    p_all = _readings_of(p) + ([p_value] if p_value else [])
+    return [(a, b) for a in g_all for b in p_all]
 
 
 def _unwrap_command(s: str, command: str) -> str:
