@@ -156,6 +156,14 @@ def test_definitions_compare_by_value():
     assert definition_value("3x + 2y = 6") is None
 
 
+def test_groups_of_assignments_are_points():
+    # "a=1, b=4; a=2, b=3" lists two solutions (a, b): the points (1, 4) and (2, 3).
+    assert readings("a=1, b=4; a=2, b=3") == ["a=1, b=4; a=2, b=3", "(1, 4), (2, 3)"]
+    assert verify("a=1, b=4; a=2, b=3", "(2, 3), (1, 4)")
+    assert not verify("a=1, b=4; a=2, b=3", "(4, 1), (3, 2)")  # coordinates keep their order
+    assert verify("u = 6, v = -1", "(6, -1)") and not verify("u = 6, v = -1", "(-1, 6)")
+
+
 # ------------------------------------------------------------------ bare answers and plain numbers
 
 

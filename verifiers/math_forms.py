@@ -151,15 +151,31 @@ def readings(answer: str) -> list[str]:
     """The ways ``answer`` can be read (see the module rules), each cleaned, with thousands
     separators removed and list connectors made commas: two for a lone decimal-or-list comma
     (``1,22`` -> ``["1.22", "1,22"]``); a number without the unit words after it (``10 weeks``
-    also reads ``10``)."""
+    also reads ``10``); assignments as points (``p=5, q=2; p=7, q=2`` also reads
+    ``(5, 2), (7, 2)``)."""
     return _readings_of(_prepared(answer))
+
+
+def _assignments_as_points(s: str) -> str | None:
+    """``p=5, q=2; p=7, q=2`` as ``(5, 2), (7, 2)``: groups of assignments (groups split at
+    top-level ``;``) read as the points of their values. None when any part is no assignment."""
+    if "=" not in s or len(s) > 2000:
+        return None
+    points = []
+    for group in _split_top(s, ";"):
+        values = [_definition_of(part) for part in _split_top(group)]
+        if not all(values):
+            return None
+        points.append(values[0] if len(values) == 1 else "(" + ", ".join(values) + ")")
+    return ", ".join(points) if len(points) > 1 or points[0].startswith("(") else None
 
 
 def _readings_of(s: str) -> list[str]:
     found = [s.replace(",", "."), s] if _DECIMAL_COMMA.fullmatch(s) else [s]
-    m = _UNIT_WORDS.fullmatch(s)
-    if m and m.group(1) not in found:
-        found.append(m.group(1))
+    for extra in (_UNIT_WORDS.fullmatch(s), _assignments_as_points(s)):
+        value = extra.group(1) if isinstance(extra, re.Match) else extra
+        if value and value not in found:
+            found.append(value)
     return found
 
 
@@ -243,11 +259,11 @@ def _as_number(canonical: str) -> Fraction | None:
     return -value if sign else value
 
 
-def _split_top(s: str) -> list[str]:
-    """``s`` split at the commas outside every bracket, each part stripped."""
+def _split_top(s: str, separator: str = ",") -> list[str]:
+    """``s`` split at the ``separator`` outside every bracket, each part stripped."""
     parts, start = [], 0
     for i, depth in enumerate(_depths(s)):
-        if s[i] == "," and depth == 0:
+        if s[i] == separator and depth == 0:
             parts.append(s[start:i].strip())
             start = i + 1
     return parts + [s[start:].strip()]
