@@ -2,19 +2,21 @@
 
 A chain of small, separately tested extractors; the first that finds something answers:
 
-1. the last **explicit marker** -- ``\\boxed{}`` (boxes in one math span, or separated only by
-   "and", "or", commas, ``\\quad`` or math delimiters, are one answer, joined with ", ":
-   ``\\boxed{1} and \\boxed{2}`` answers "1, 2") or a final-answer phrase in English, Chinese, French, German or Spanish ("the
-   answer is", 答案是, "la réponse est", "Antwort:", "la respuesta es"), whichever comes later in
-   the text (Minerva's "Final Answer: The final answer is $X$" after an earlier ``\\boxed{}``
-   answers X). A phrase followed by prose ("Final Answer: The largest $n$ is 34.") answers with the
-   last item of that sentence (step 4);
-2. GSM8K's ``#### N``, else the final-answer phrase (or the box, when the phrase yields nothing);
-3. the **whole text** when it is a bare answer: math spans and nothing else but "and", "or" or
+1. the last ``\\boxed{}``, when no final-answer phrase comes after it. Boxes in one math span,
+   or separated only by "and", "or", commas, ``\\quad`` or math delimiters, are one answer
+   joined with ", " (``\\boxed{1} and \\boxed{2}`` answers "1, 2");
+2. GSM8K's ``#### N``;
+3. what follows the last final-answer phrase in English, Chinese, French, German or Spanish
+   ("the answer is", 答案是, "la réponse est", "Antwort:", "la respuesta es"), so Minerva's
+   "Final Answer: The final answer is $X$" after an earlier ``\\boxed{}`` answers X; a phrase
+   followed by prose ("Final Answer: The largest $n$ is 34.") answers with the last item of
+   that sentence (step 6);
+4. the last ``\\boxed{}`` (a phrase came after it but gave nothing);
+5. the **whole text** when it is a bare answer: math spans and nothing else but "and", "or" or
    commas between them (``$odd$``, ``$$f(y) = y$$``, ``$2$ or $3$``), or one line with no word
    of two or more letters outside LaTeX commands (``x >= 5``, ``\\frac{10}{9}``, ``(1, 2, 3)``,
    ``1 000``);
-4. in prose, the **last answer-like item**: the last math span that holds a digit or a LaTeX
+6. in prose, the **last answer-like item**: the last math span that holds a digit or a LaTeX
    command and at most one word (``Therefore $x \\geq 5$ is the solution.``), or the last number
    written after it (``$3 \\times 4 = 12$ a day, so 84 in a week`` answers 84). A number glued
    to letters (``AZYUK2A``) is no number.

@@ -21,9 +21,16 @@ each follows):
   MATH writes the roots ``-2,1``). `readings` keeps both, and two answers are equal when some
   reading of each agrees. Every other comma (after a space, inside brackets, ``1,2,3``)
   separates elements.
+- **Written forms.** ``and``, ``or`` and ``\\text{ and }`` between items are commas
+  (``7, -2 \\text{ and } -5``); a mixed number is one fraction (``4 4/9``, ``2\\frac58``; an
+  improper part such as ``11 7/6`` is not); a doubled backslash before a command is one
+  (``\\\\frac``, as JSON-escaped text writes it); ``x_{1}`` reads as ``x_1``. Extra readings: a
+  number without the unit words after it (``10 weeks``), a definition's value (``f(x) = 2x + 3``
+  also reads ``2x + 3``; two definitions compare by value only), groups of assignments as
+  points (``p=5, q=2; p=7, q=2`` also reads ``(5, 2), (7, 2)``).
 - **Collections.** ``(a, b)`` with two or more elements is an ordered tuple (a point; an open
-  interval compares the same way, endpoint by endpoint); ``\\{a, b\\}`` is a set; a bare
-  ``a, b`` is a list of solutions, unordered. Tuple vs tuple: same length and equal element by
+  interval compares the same way, endpoint by endpoint); ``\\{a, b\\}`` (or ``{a, b}``) is a
+  set; a bare ``a, b`` is a list of solutions, unordered. Tuple vs tuple: same length and equal element by
   element in order, so ``(1, 2)`` != ``(2, 1)``. Set or list vs set or list: a one-to-one
   matching of equal elements (repeated elements count). Tuple vs set or list: element by
   element in the written order -- a tuple is never reordered to match. This agrees with

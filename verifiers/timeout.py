@@ -236,8 +236,9 @@ class WorkerPool:
         """Run ``target(*args)`` (``target`` a dotted ``module.function`` name) in a worker.
 
         Returns the function's value. Raises CallTimeout when it takes longer than ``timeout``
-        seconds (the worker is killed and a replacement started in the background), RuntimeError when the function raised
-        (message carries the worker-side exception) or the worker died.
+        seconds (the worker is killed and a replacement started in the background),
+        RuntimeError when the function raised (message carries the worker-side exception) or
+        the worker died.
         """
         self._check_pid()
         self._slots.acquire()
