@@ -36,6 +36,26 @@ def test_timeout_kills_and_replaces_worker(pool):
     assert pool.call("operator.mul", (6, 7), timeout=30) == 42
 
 
+def test_replacement_worker_starts_in_the_background():
+    # The warmup takes seconds (it imports math-verify and parses once). After a timeout the
+    # replacement is started at once, so the next call does not pay that start.
+    pool = WorkerPool(size=1, memory_mb=2048, warmup="verifiers.math._warm_worker")
+    try:
+        pool.call("os.getpid", (), timeout=30)
+        with pytest.raises(CallTimeout):
+            pool.call("time.sleep", (30,), timeout=0.5)
+        deadline = time.monotonic() + 60
+        while pool.idle() == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pool.idle() == 1
+        start = time.monotonic()
+        assert pool.call("operator.mul", (6, 7), timeout=30) == 42
+        assert time.monotonic() - start < 1.0
+        assert pool.idle() == 1  # one worker in all: size is respected
+    finally:
+        pool.close()
+
+
 def test_concurrent_threads_share_the_pool(pool):
     results = []
 

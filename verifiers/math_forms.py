@@ -21,9 +21,16 @@ each follows):
   MATH writes the roots ``-2,1``). `readings` keeps both, and two answers are equal when some
   reading of each agrees. Every other comma (after a space, inside brackets, ``1,2,3``)
   separates elements.
+- **Written forms.** ``and``, ``or`` and ``\\text{ and }`` between items are commas
+  (``7, -2 \\text{ and } -5``); a mixed number is one fraction (``4 4/9``, ``2\\frac58``; an
+  improper part such as ``11 7/6`` is not); a doubled backslash before a command is one
+  (``\\\\frac``, as JSON-escaped text writes it); ``x_{1}`` reads as ``x_1``. Extra readings: a
+  number without the unit words after it (``10 weeks``), a definition's value (``f(x) = 2x + 3``
+  also reads ``2x + 3``; two definitions compare by value only), groups of assignments as
+  points (``p=5, q=2; p=7, q=2`` also reads ``(5, 2), (7, 2)``).
 - **Collections.** ``(a, b)`` with two or more elements is an ordered tuple (a point; an open
-  interval compares the same way, endpoint by endpoint); ``\\{a, b\\}`` is a set; a bare
-  ``a, b`` is a list of solutions, unordered. Tuple vs tuple: same length and equal element by
+  interval compares the same way, endpoint by endpoint); ``\\{a, b\\}`` (or ``{a, b}``) is a
+  set; a bare ``a, b`` is a list of solutions, unordered. Tuple vs tuple: same length and equal element by
   element in order, so ``(1, 2)`` != ``(2, 1)``. Set or list vs set or list: a one-to-one
   matching of equal elements (repeated elements count). Tuple vs set or list: element by
   element in the written order -- a tuple is never reordered to match. This agrees with
@@ -38,7 +45,17 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
-__all__ = ["Undecided", "braced", "clean", "equal_readings", "normalize_answer", "readings", "to_ascii"]
+__all__ = [
+    "Undecided",
+    "braced",
+    "clean",
+    "definition_value",
+    "equal_readings",
+    "normalize_answer",
+    "reading_pairs",
+    "readings",
+    "to_ascii",
+]
 
 MAX_ELEMENTS = 32
 """Collections with more elements are left to math-verify whole (the matching is quadratic)."""
@@ -49,7 +66,7 @@ _FULL_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000:
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _EXPLICIT_SEPARATOR = re.compile(r"(?<=\d)(?:,\s*\\!\s*|\{,\})(?=\d)")
 _MARK = "\x1f"  # stands for an explicit number separator while numbers are rewritten
-_MARKED_NUMBER = re.compile(rf"\d+(?:{_MARK}\d+)+")
+_MARKED_NUMBER = re.compile(rf"(?<!\d)\d+(?:{_MARK}\d+)+")  # from a digit run's start: linear
 _THOUSANDS = re.compile(r"(?<![\w.,])[1-9]\d{0,2}(?:,\d{3})+(?![\w,])")
 _DECIMAL_COMMA = re.compile(r"-?\d+,\d+")
 _TRAILING_PUNCTUATION = re.compile(r"(?<!\.)[.,;]\s*$")  # one mark, never part of an ellipsis
@@ -57,6 +74,14 @@ _STRIP_TOKENS = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "$", "^
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![a-zA-Z])")
 _PLAIN_NUMBER = re.compile(r"(-?)(\d+(?:\.\d+)?|\.\d+)(?:/(\d+))?")
 _LATEX_FRAC = re.compile(r"(-?)\\frac\{(\d+)\}\{(\d+)\}")
+_DOUBLED_BACKSLASH = re.compile(r"(?<!\\)\\\\(?=[A-Za-z])")  # "\\\\frac" as JSON-escaped text writes "\\frac"
+_CONNECTOR = re.compile(r"\s*,?\s*(?:\\text\{\s*(?:and|or)\s*\}|(?<![A-Za-z\\])(?:and|or)(?![A-Za-z]))\s*")
+_QUAD = re.compile(r"\\q?quad(?![A-Za-z])")
+_MIXED_PLAIN = re.compile(r"(-?)(\d+)\s+(\d+)/(\d+)")
+_MIXED_LATEX = re.compile(r"(-?)(\d+)\s*\\[dt]?frac\s*(?:\{(\d+)\}|(\d))\s*(?:\{(\d+)\}|(\d))")
+_DEFINITION = re.compile(r"\s*[A-Za-z](?:_\{?\w+\}?)?(?:\([^()=]*\))?\s*=([^=<>]+)")
+_UNIT_WORDS = re.compile(r"(-?\d[\d.]*)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*(?:\^\{?\d\}?)?")
+_SINGLE_INDEX = re.compile(r"([_^])\{(\w)\}")
 
 
 class Undecided(Exception):
@@ -109,11 +134,80 @@ def _rewrite_separators(s: str) -> str:
     return "".join(out) + s[last:]
 
 
+def _mixed_number(s: str) -> str:
+    """A whole answer that is a mixed number (``4 4/9``, ``-2\\frac58``, ``1\\frac{1}{2}``)
+    written as one fraction; anything else (an improper part ``11 7/6`` too) unchanged."""
+    m = _MIXED_PLAIN.fullmatch(s) or _MIXED_LATEX.fullmatch(s)
+    if m is None:
+        return s
+    sign, whole, *parts = m.groups()
+    numerator, denominator = (int(p) for p in parts if p is not None)
+    if not 0 <= numerator < denominator:
+        return s
+    return f"{sign}\\frac{{{int(whole) * denominator + numerator}}}{{{denominator}}}"
+
+
+def _prepared(answer: str) -> str:
+    """The answer cleaned, connectors made commas, separators rewritten, a mixed number joined."""
+    s = _DOUBLED_BACKSLASH.sub(r"\\", clean(answer))
+    s = _QUAD.sub(" ", _CONNECTOR.sub(", ", s)).strip()
+    return _mixed_number(_rewrite_separators(s))
+
+
 def readings(answer: str) -> list[str]:
-    """The ways ``answer`` can be read: one string, or two for a lone decimal-or-list comma
-    (``1,22`` -> ``["1.22", "1,22"]``), each cleaned and with thousands separators removed."""
-    s = _rewrite_separators(clean(answer))
-    return [s.replace(",", "."), s] if _DECIMAL_COMMA.fullmatch(s) else [s]
+    """The ways ``answer`` can be read (see the module rules), each cleaned, with thousands
+    separators removed and list connectors made commas: two for a lone decimal-or-list comma
+    (``1,22`` -> ``["1.22", "1,22"]``); a number without the unit words after it (``10 weeks``
+    also reads ``10``); assignments as points (``p=5, q=2; p=7, q=2`` also reads
+    ``(5, 2), (7, 2)``)."""
+    return _readings_of(_prepared(answer))
+
+
+def _assignments_as_points(s: str) -> str | None:
+    """``p=5, q=2; p=7, q=2`` as ``(5, 2), (7, 2)``: groups of assignments (groups split at
+    top-level ``;``) read as the points of their values. None when any part is no assignment."""
+    if "=" not in s or len(s) > 2000:
+        return None
+    points = []
+    for group in _split_top(s, ";"):
+        values = [_definition_of(part) for part in _split_top(group)]
+        if not all(values):
+            return None
+        points.append(values[0] if len(values) == 1 else "(" + ", ".join(values) + ")")
+    return ", ".join(points) if len(points) > 1 or points[0].startswith("(") else None
+
+
+def _readings_of(s: str) -> list[str]:
+    found = [s.replace(",", "."), s] if _DECIMAL_COMMA.fullmatch(s) else [s]
+    for extra in (_UNIT_WORDS.fullmatch(s), _assignments_as_points(s)):
+        value = extra.group(1) if isinstance(extra, re.Match) else extra
+        if value and value not in found:
+            found.append(value)
+    return found
+
+
+def _definition_of(s: str) -> str | None:
+    m = _DEFINITION.fullmatch(s)
+    return m.group(1).strip() if m else None
+
+
+def definition_value(answer: str) -> str | None:
+    """The right side of a definition ``name = value`` or ``f(x) = value`` (one ``=``), else None."""
+    return _definition_of(_prepared(answer))
+
+
+def reading_pairs(gold: str, pred: str) -> list[tuple[str, str]]:
+    """The (gold, pred) reading pairs to compare: every reading of one against every reading of
+    the other. A definition's value is one more reading (``f(x) = 2x + 3`` vs ``2x + 3``); when
+    both answers are definitions only their values are compared (``f(x) = 2x + 3`` vs
+    ``y = 2x + 3``), which also keeps sympy from comparing two whole equations."""
+    g, p = _prepared(gold), _prepared(pred)
+    g_value, p_value = _definition_of(g), _definition_of(p)
+    if g_value and p_value:
+        return [(a, b) for a in readings(g_value) for b in readings(p_value)]
+    g_all = _readings_of(g) + ([g_value] if g_value else [])
+    p_all = _readings_of(p) + ([p_value] if p_value else [])
+    return [(a, b) for a in g_all for b in p_all]
 
 
 def _unwrap_command(s: str, command: str) -> str:
@@ -145,6 +239,7 @@ def _canonical(reading: str) -> str:
         if command + "{" in s:
             s = _unwrap_command(s, command)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = _SINGLE_INDEX.sub(r"\1\2", s)  # x_{1} as x_1, 4210_{7} as 4210_7
     for token in _STRIP_TOKENS:
         s = s.replace(token, "")
     return _TRAILING_PUNCTUATION.sub("", re.sub(r"\s+", "", s))
@@ -171,11 +266,11 @@ def _as_number(canonical: str) -> Fraction | None:
     return -value if sign else value
 
 
-def _split_top(s: str) -> list[str]:
-    """``s`` split at the commas outside every bracket, each part stripped."""
+def _split_top(s: str, separator: str = ",") -> list[str]:
+    """``s`` split at the ``separator`` outside every bracket, each part stripped."""
     parts, start = [], 0
     for i, depth in enumerate(_depths(s)):
-        if s[i] == "," and depth == 0:
+        if s[i] == separator and depth == 0:
             parts.append(s[start:i].strip())
             start = i + 1
     return parts + [s[start:].strip()]
@@ -193,6 +288,8 @@ def _collection(reading: str) -> tuple[str, list[str]] | None:
     if s.startswith("\\{") and s.endswith("\\}") and _closes_at_end(s[1:]):
         inner = s[2:-2].strip()
         return "set", (_split_top(inner) if inner else [])
+    if s.startswith("{") and s.endswith("}") and _closes_at_end(s) and len(_split_top(s[1:-1])) >= 2:
+        return "set", _split_top(s[1:-1])  # {1, 2}: a set written without escaped braces
     if s.startswith("(") and s.endswith(")") and _closes_at_end(s):
         parts = _split_top(s[1:-1])
         return ("tuple", parts) if len(parts) >= 2 else None

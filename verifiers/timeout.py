@@ -162,6 +162,7 @@ class WorkerPool:
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         self._slots = threading.Semaphore(self.size)
         self._all: list[_Worker] = []
+        self._starting = 0  # replacements being started in the background
 
     def _check_pid(self) -> None:
         # After fork the inherited workers belong to the parent; start afresh (do not kill them).
@@ -186,6 +187,45 @@ class WorkerPool:
                 raise RuntimeError(f"verifier worker failed to start: {exc}") from exc
         return worker
 
+    def _replace_in_background(self) -> None:
+        """Start a replacement for a killed worker now, in a thread, so that the next call finds
+        a warm worker instead of paying the start (seconds, with the warmup) on top of its own
+        time limit. Nothing is started while the pool already has ``size`` workers."""
+
+        def start() -> None:
+            worker = None
+            try:
+                worker = self._start_worker(0.0)
+            except RuntimeError as exc:
+                logger.warning("replacement worker failed to start: %s", exc)
+            with self._lock:
+                self._starting -= 1
+            self._idle.put(worker)  # None tells a waiting call to start its own
+
+        with self._lock:
+            if len(self._all) >= self.size:
+                return
+            self._starting += 1
+        threading.Thread(target=start, name="verifier-worker-start", daemon=True).start()
+
+    def _take_idle(self) -> _Worker | None:
+        """A live idle worker; while a replacement is starting, wait for it rather than start a
+        second interpreter next to it. None when there is none."""
+        while True:
+            try:
+                worker = self._idle.get(timeout=60.0) if self._starting else self._idle.get_nowait()
+            except queue.Empty:
+                return None
+            if worker is None:
+                continue
+            if worker.proc.poll() is None:
+                return worker
+            self._discard(worker)
+
+    def idle(self) -> int:
+        """How many started workers are waiting for a call."""
+        return sum(1 for worker in list(self._idle.queue) if worker is not None)
+
     def _discard(self, worker: _Worker) -> None:
         worker.kill()
         with self._lock:
@@ -196,20 +236,15 @@ class WorkerPool:
         """Run ``target(*args)`` (``target`` a dotted ``module.function`` name) in a worker.
 
         Returns the function's value. Raises CallTimeout when it takes longer than ``timeout``
-        seconds (the worker is killed and later replaced), RuntimeError when the function raised
-        (message carries the worker-side exception) or the worker died.
+        seconds (the worker is killed and a replacement started in the background),
+        RuntimeError when the function raised (message carries the worker-side exception) or
+        the worker died.
         """
         self._check_pid()
         self._slots.acquire()
         worker = None
         try:
-            try:
-                worker = self._idle.get_nowait()
-                if worker.proc.poll() is not None:
-                    self._discard(worker)
-                    worker = None
-            except queue.Empty:
-                worker = None
+            worker = self._take_idle()
             if worker is None:
                 worker = self._start_worker(timeout)
             deadline = time.monotonic() + timeout
@@ -219,6 +254,7 @@ class WorkerPool:
             except CallTimeout:
                 self._discard(worker)
                 worker = None
+                self._replace_in_background()
                 raise
             except (OSError, ConnectionError, EOFError, pickle.UnpicklingError) as exc:
                 self._discard(worker)
