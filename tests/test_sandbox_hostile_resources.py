@@ -24,22 +24,14 @@ from verifiers.code import run_code
 from verifiers.code_judge import judge_humaneval
 from verifiers.sandbox import SandboxLimits, sandbox_mode
 
+from test_sandbox_hostile import _processes_with  # noqa: E402  (tests/ is on sys.path under pytest)
+
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MODE = sandbox_mode()
 AS_ROOT = os.geteuid() == 0
 SMALL = SandboxLimits(timeout_s=15.0, memory_mb=512, max_processes=16, disk_mb=32, max_file_mb=64)
 NO_PROCESS_LIMIT = "not root: no per-run user id, so no process count of the run's own (RLIMIT_NPROC would count the caller's)"
 
-
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            pass
-    return found
 
 
 def _none_left(marker: str) -> bool:
