@@ -19,7 +19,7 @@ class Prompt:
 @pytest.mark.parametrize("reward, warned", [(0.0, True), (1.0, False)])
 def test_warns_when_every_reward_is_zero(tiny_model_dir, tmp_path, caplog, reward, warned):
     config = TrainConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), iterations=2, prompts_per_iteration=2,
-                         strategy="best_of_n", best_of_n=BestOfNConfig(n=2, max_tokens=6), seed=0,
+                         strategy="best_of_n", best_of_n=BestOfNConfig(n=2, max_tokens=6, temperature=1.0), seed=0,
                          critic=CriticConfig(enabled=False))
     trainer = SearchTrainer(config, [Prompt("3+5?"), Prompt("4+4?")], lambda text, problem: reward)
     with caplog.at_level(logging.WARNING, logger="rl.trainer"):
