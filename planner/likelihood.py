@@ -89,7 +89,8 @@ class LikelihoodVerifier(Scorer):
         largest = max(max(p, default=0) for p in prefixes)
         if self.vocab_size is not None and largest >= self.vocab_size:
             raise ValueError(f"token id {largest} is outside the verifier's vocabulary ({self.vocab_size} ids): "
-                             "the verifier must share the policy's tokenizer (train it with scripts/lab/verifier_lm.py)")
+                             "the verifier must share the policy's tokenizer (train it with "
+                             "scripts/lab/verifier_lm.py)")
         values = []
         for logprobs in self.token_logprobs(prefixes, prompt_len):
             if not logprobs:

@@ -27,7 +27,8 @@ from rl.trainer import SearchTrainer
 from rl.tree_store import StoredTree, TreeStore
 
 __all__ = [
-    "SearchTrainer", "TrainConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic", "LoopVerifierConfig", "LoopVerifier",
+    "SearchTrainer", "TrainConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic", "LoopVerifierConfig",
+    "LoopVerifier",
     "RolloutBatch", "Row", "batch_from_trees", "reward_leaves", "monte_carlo_values",
     "ADVANTAGE_ESTIMATORS", "AdvantageInputs", "Advantages", "estimate",
     "broadcast_to_tokens", "nonzero_variance_groups", "gae",

@@ -158,8 +158,9 @@ class LoopVerifier:
         self.tokenizer.save_pretrained(tmp)
         (tmp / SCORER_FILE).write_text(json.dumps({"format": LikelihoodVerifier.format, "reduce": self.config.reduce}))
         torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        (tmp / BUFFERS_FILE).write_text(json.dumps({"correct": [[list(ids), begin] for ids, begin in self.correct.items()],
-                                                    "wrong": [[ids, begin] for ids, begin in self.wrong]}))
+        buffers = {"correct": [[list(ids), begin] for ids, begin in self.correct.items()],
+                   "wrong": [[ids, begin] for ids, begin in self.wrong]}
+        (tmp / BUFFERS_FILE).write_text(json.dumps(buffers))
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
         return folder
