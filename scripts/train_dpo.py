@@ -16,20 +16,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args, input_file, model_dir, output_dir
-from tree_trainer_cli import run_online
+from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args
+from tree_trainer_cli import add_store_arguments, run_online
 
 
 def offline_parser(doc: str) -> argparse.ArgumentParser:
     from rl.dpo import DPOConfig
 
     parser = ArgumentParser(description=doc)
-    parser.add_argument("--model", required=True, type=model_dir,
-                        help="the policy folder to train (and the reference with --dpo.reference model)")
-    parser.add_argument("--store", required=True, type=input_file,
-                        help="the JSONL tree store to read (rl/tree_store.py)")
-    parser.add_argument("--output_dir", required=True, type=output_dir, help="where the trained policy is saved")
-    parser.add_argument("--min_version", type=int, default=None, help="only trees of policy versions >= this")
+    add_store_arguments(parser, "the policy folder to train (and the reference with --dpo.reference model)",
+                        "where the trained policy is saved")
     parser.add_argument("--max_version", type=int, default=None, help="only trees of policy versions <= this")
     parser.add_argument("--device", default="cpu", help='"cpu", "cuda" or "auto" (default: cpu)')
     parser.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default: 1)")

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import sys
 
-from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args, input_file, model_dir, output_dir
+from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
 from rl.tree_store import TreeStore
+from tree_trainer_cli import add_store_arguments
 
 
 def main(argv: list[str] | None = None) -> int:
     from rl.reward_model import RewardModelConfig
 
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("--model", required=True, type=model_dir,
-                        help="the policy folder whose trunk the reward model starts from")
-    parser.add_argument("--store", required=True, type=input_file,
-                        help="the JSONL tree store to read (rl/tree_store.py)")
-    parser.add_argument("--output_dir", required=True, type=output_dir, help="where the reward model folder is saved")
-    parser.add_argument("--min_version", type=int, default=None, help="only trees of policy versions >= this")
+    add_store_arguments(parser, "the policy folder whose trunk the reward model starts from",
+                        "where the reward model folder is saved")
     parser.add_argument("--max_version", type=int, default=None, help="only trees of policy versions <= this")
     add_dataclass_arguments(parser, RewardModelConfig)
     args = parser.parse_args(argv)

@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from planner.logs import configure_logging
-from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
+from rl.cli import (ArgumentParser, add_dataclass_arguments, dataclass_from_args, input_file, model_dir,
+                    output_dir)
 from task_options import add_task_options, task_options
 from verifiers import load_task
 
@@ -32,6 +33,15 @@ def add_task_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
+
+
+def add_store_arguments(parser: argparse.ArgumentParser, model_help: str, output_help: str) -> None:
+    """The options of a trainer that reads a tree store: --model, --store, --output_dir, --min_version."""
+    parser.add_argument("--model", required=True, type=model_dir, help=model_help)
+    parser.add_argument("--store", required=True, type=input_file,
+                        help="the JSONL tree store to read (rl/tree_store.py)")
+    parser.add_argument("--output_dir", required=True, type=output_dir, help=output_help)
+    parser.add_argument("--min_version", type=int, default=None, help="only trees of policy versions >= this")
 
 
 def online_parser(doc: str, method_config, prefix: str) -> argparse.ArgumentParser:
