@@ -69,7 +69,16 @@ class SFTConfig:
     eval_every: int = 0
     """Call `eval_fn` every this many steps (>= 0; 0 never)."""
     max_minutes: float | None = None
-    """Stop after this much wall time (> 0), evaluations included; None: no limit."""
+    """Stop after this much wall time (> 0), evaluations included; None: no limit. A safety bound for a
+    stuck run: a run stopped by wall time gives different models on slower machines, so recipes stop by
+    steps, `should_stop` or `patience`."""
+    best_metric: str | None = None
+    """Early stopping (Prechelt 1998, "Early Stopping - But When?"): the `eval_fn` metric to maximise,
+    measured on data kept out of training (a validation split). Training ends with the weights of the
+    evaluation where it was highest (ties: the earlier one); None keeps the last weights."""
+    patience: int | None = None
+    """With best_metric: stop after this many evaluations in a row without a new best (>= 1); None trains
+    to max_steps and still restores the best weights."""
     device: str | None = None
     """Train on this device ("cpu", "cuda", "auto": CUDA when available); None keeps the model where it
     is (a folder loads on the CPU)."""
@@ -110,6 +119,10 @@ class SFTConfig:
         check(isinstance(self.eval_every, int) and self.eval_every >= 0, "eval_every", "an integer >= 0")
         check(self.max_minutes is None or (number(self.max_minutes) and self.max_minutes > 0), "max_minutes",
               "None or a number > 0")
+        check(self.best_metric is None or isinstance(self.best_metric, str), "best_metric", "None or a metric name")
+        check(self.patience is None or (isinstance(self.patience, int) and self.patience >= 1
+                                        and self.best_metric is not None), "patience",
+              "None or an integer >= 1 together with best_metric")
         check(self.device is None or isinstance(self.device, str), "device", "None or a device name like 'cpu'")
         check_precision("SFTConfig", self.dtype, self.device)
         check(self.threads is None or (isinstance(self.threads, int) and self.threads >= 1), "threads",
@@ -126,11 +139,13 @@ class SFTResult:
     """Optimizer steps taken."""
     seconds: float
     """Wall time of the whole run, evaluations and saving included."""
-    stopped_by: Literal["max_steps", "max_minutes", "should_stop"]
+    stopped_by: Literal["max_steps", "max_minutes", "should_stop", "patience"]
     losses: list[float] = field(default_factory=list)
     """Training loss of every step."""
     history: list[dict] = field(default_factory=list)
     """One row per evaluation: step, seconds, loss (mean since the previous row), lr, and eval metrics."""
+    best_step: int | None = None
+    """With `SFTConfig.best_metric`: the step whose weights the model holds (its best evaluation)."""
 
 
 # ----------------------------------------------------------------------------- data
@@ -285,6 +300,7 @@ def _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, e
     losses: list[float] = []
     history: list[dict] = []
     stopped_by, logged_upto, step = "max_steps", 0, 0
+    best: tuple[float, int, dict] | None = None  # (metric, step, weights) of the best evaluation so far
     bar = tqdm(total=config.max_steps, desc="sft", disable=not config.progress, leave=False)
     model.train()
     while step < config.max_steps:
@@ -317,6 +333,15 @@ def _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, e
             history.append({"step": step, "seconds": time.perf_counter() - start, "loss": sum(window) / len(window),
                             "lr": scheduler.get_last_lr()[0], **metrics})
             logged_upto = step
+            if config.best_metric is not None:
+                if config.best_metric not in metrics:
+                    raise KeyError(f"SFTConfig.best_metric is {config.best_metric!r}, but eval_fn returned "
+                                   f"only {sorted(metrics)}; name one of those")
+                if best is None or metrics[config.best_metric] > best[0]:
+                    best = (metrics[config.best_metric], step, _cpu_copy(model.state_dict()))
+                elif config.patience is not None and (step - best[1]) // config.eval_every >= config.patience:
+                    stopped_by = "patience"
+                    break
             if should_stop is not None and should_stop(metrics):
                 stopped_by = "should_stop"
                 break
@@ -325,11 +350,21 @@ def _train_loop(model, tokenizer, encoded, pad_id, device, config, output_dir, e
             break
     bar.close()
     model.eval()
+    if best is not None:
+        model.load_state_dict(best[2])
     if output_dir is not None:
         output_dir = Path(output_dir)
         model.save_pretrained(output_dir, safe_serialization=True)
         tokenizer.save_pretrained(output_dir)
         (output_dir / "sft_history.json").write_text(json.dumps({"config": asdict(config), "losses": losses,
-                                                                  "history": history}, indent=1))
+                                                                  "history": history, "stopped_by": stopped_by,
+                                                                  "best_step": best[1] if best else None},
+                                                                 indent=1))
     return SFTResult(model=model, tokenizer=tokenizer, steps=step, seconds=time.perf_counter() - start,
-                     stopped_by=stopped_by, losses=losses, history=history)
+                     stopped_by=stopped_by, losses=losses, history=history,
+                     best_step=best[1] if best is not None else None)
+
+
+def _cpu_copy(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A copy of a state dict that later optimizer steps do not change."""
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in state.items()}

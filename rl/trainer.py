@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -311,9 +311,11 @@ class SearchTrainer:
             self._saved = True
         return metrics
 
-    def run(self, progress: bool = True) -> list[dict]:
+    def run(self, progress: bool = True,
+            on_iteration: Callable[[SearchTrainer, dict], None] | None = None) -> list[dict]:
         """Iterate to `config.iterations`; returns each iteration's metrics (rank 0 logs them; every rank
-        returns its own view, the learner's metrics averaged over ranks)."""
+        returns its own view, the learner's metrics averaged over ranks). `on_iteration(trainer, metrics)`
+        runs after every iteration, e.g. to grade the current policy or value on held-out problems."""
         from tqdm import tqdm
 
         history = []
@@ -322,6 +324,8 @@ class SearchTrainer:
         while self.iteration < self.config.iterations:
             metrics = self.step()
             history.append(metrics)
+            if on_iteration is not None:
+                on_iteration(self, metrics)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.2f}", passed=f"{metrics.get('pass_rate', 0.0):.2f}")
             bar.update(1)
         bar.close()

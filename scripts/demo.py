@@ -1,9 +1,10 @@
-"""The whole loop on a CPU in minutes: cold-start SFT -> a generative verifier -> scaling curves ->
-search-guided RL (policy and critic from MCTS trees the verifier values) -> scaling curves again and the
-values graded -> runs/demo/report.md.
+"""The whole loop on a CPU in the RLVR setting: cold-start SFT on a fixed gold budget -> scaling curves ->
+search-guided RL (MCTS trees valued by the loop's own value, which trains on the trees' verified leaves;
+the policy trains on the trees) -> scaling curves again and the values graded -> runs/demo/report.md.
 
-    python scripts/demo.py                 # the full demo (about 10 minutes on 2 cores)
-    python scripts/demo.py --tiny          # every stage at a tiny size (the smoke test)
+    python scripts/demo.py                   # the full demo
+    python scripts/demo.py --value teacher   # searches valued by a teacher trained beyond the gold budget
+    python scripts/demo.py --tiny            # every stage at a tiny size (the smoke test)
 """
 
 from __future__ import annotations

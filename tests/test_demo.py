@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -10,24 +11,61 @@ from pathlib import Path
 
 import pytest
 
-from lab.recipe import TINY, VALUES, run_demo
+from lab.recipe import TINY, run_demo
+from planner.prm_scorers import load_scorer
 from planner.scaling_report import read_results
 from rl.metrics import read_metrics
+from verifiers import arithmetic
 
 REPO = Path(__file__).resolve().parents[1]
+GRADER = str(REPO / "planner" / "value_eval.py")
+"""The only file allowed to call the process oracle: the graders."""
+
+
+def _guard_oracle(monkeypatch) -> list[str]:
+    """Replace the process oracle (`check_steps`, and `step_value` which reads it) wherever a module holds it
+    with a copy that raises unless the grader is on the call stack; returns the list its calls append to."""
+    calls = []
+    for name in ("check_steps", "step_value"):
+        real = getattr(arithmetic, name)
+
+        def guarded(*args, _real=real, _name=name):
+            stack = [frame.filename for frame in inspect.stack(0)]
+            if GRADER not in stack:
+                raise AssertionError(f"the process oracle ({_name}) was called outside the graders, from "
+                                     f"{[f for f in stack if str(REPO) in f][:6]}")
+            calls.append(_name)
+            return _real(*args)
+
+        for module in list(sys.modules.values()):
+            if getattr(module, "__dict__", {}).get(name) is real:  # (no __getattr__: lazy modules would import)
+                monkeypatch.setattr(module, name, guarded)
+    return calls
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
+    """The RLVR demo at the smoke size, with the oracle guarded: training and search never reach it."""
     out = tmp_path_factory.mktemp("demo")
-    return out, run_demo(replace(TINY, output_dir=str(out), backend="hf"))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        calls = _guard_oracle(monkeypatch)
+        summary = run_demo(replace(TINY, output_dir=str(out), backend="hf"))
+    return out, summary, calls
+
+
+def test_the_oracle_only_grades(demo, monkeypatch):
+    _, _, calls = demo
+    assert "check_steps" in calls  # the graders did use it, through the guard
+    _guard_oracle(monkeypatch)
+    problem = arithmetic.arithmetic_task(1, "easy", seed=0)[0]
+    with pytest.raises(AssertionError, match="outside the graders"):  # the guard itself bites
+        arithmetic.step_value(problem, problem.meta["solution"])
 
 
 def test_every_artifact_exists(demo):
-    out, summary = demo
-    for name in ("report.md", "summary.json", "accuracy_vs_compute_before_after.png", "sft/config.json",
-                 "verifier/config.json", "verifier/scorer.json",
-                 "rl/metrics.csv", "rl/checkpoint/policy/config.json", "rl/checkpoint/critic/config.json"):
+    out, summary, _ = demo
+    for name in ("report.md", "summary.json", "accuracy_vs_compute_before_after.png", "value_during_rl.png",
+                 "sft/config.json", "value_start/config.json", "value_start/scorer.json", "rl/metrics.csv"):
         assert (out / name).is_file(), name
     for phase in ("before_rl", "after_rl"):
         for name in ("results.csv", "problems.csv", "accuracy_vs_tokens.png", "accuracy_vs_flops.png"):
@@ -35,10 +73,19 @@ def test_every_artifact_exists(demo):
             assert path.is_file() and path.stat().st_size > 0, path
     assert (out / "accuracy_vs_compute_before_after.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert (summary["value_source"], summary["gold_traces"]) == ("loop", TINY.gold_problems)
+    assert (Path(summary["policy_dir"]) / "config.json").is_file()
+    value = load_scorer(summary["loop_value_dir"], decode=lambda ids: "".join(map(str, ids)))
+    assert value.num_parameters == summary["value_start"]["parameters"]
+    iterations = [row["iteration"] for row in summary["loop_value_history"]]
+    assert iterations == list(range(TINY.rl_iterations + 1))  # graded before RL and after every iteration
+    for key in ("loop_value", "value_start", "confidence"):
+        accuracy = summary[f"{key}_sibling_accuracy"]
+        assert accuracy is None or 0.0 <= accuracy <= 1.0
 
 
 def test_report_numbers_equal_the_csvs(demo):
-    out, summary = demo
+    out, summary, _ = demo
     for phase in ("before_rl", "after_rl"):
         rows = read_results(out / f"scaling_{phase}")
         table = summary[f"scaling_{phase}"]
@@ -59,16 +106,14 @@ def test_report_numbers_equal_the_csvs(demo):
             f"{bon['flops_per_problem']:.2e} |") in report
     history = read_metrics(out / "rl")
     assert [m["reward_mean"] for m in history] == [m["reward_mean"] for m in summary["rl_history"]]
-    for key in VALUES:  # the values graded against the oracle, in the report as in the summary
-        value = summary[f"{key}_sibling_accuracy"]
-        assert value is None or 0.0 <= value <= 1.0
-        assert summary[f"{key}_step_auc"] is None or 0.0 <= summary[f"{key}_step_auc"] <= 1.0
-    for row in ("the generative verifier (guides the searches)",
-                "the critic trained in the loop (on the verifier's trunk)", "the policy's step confidence"):
+    for row in ("the loop value after RL (guides the searches)", "its start, frozen (the gold budget only)",
+                "the policy's step confidence"):
         assert f"| {row} | " in report, row
-    verifier = summary["verifier"]  # the verifier guided the RL searches: its FLOPs are in every iteration's metrics
-    assert verifier["parameters"] > 0 and verifier["steps"] > 0
-    assert all(m["scorer_flops"] > 0 and m["scorer_flops"] % (2 * verifier["parameters"]) == 0 for m in history)
+    assert "TEACHER" not in report and summary["teacher_dir"] is None
+    # the loop value guided the RL searches: its FLOPs are in every iteration's metrics
+    parameters = summary["value_start"]["parameters"]
+    assert all(m["scorer_flops"] > 0 and m["scorer_flops"] % (2 * parameters) == 0 for m in history)
+    assert all(m["loop_value_correct"] >= 0 for m in history)
 
 
 def test_demo_help_and_bad_option():
@@ -84,7 +129,10 @@ def test_demo_help_and_bad_option():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--rl_temperature", "0"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "DemoConfig.rl_temperature must be a number in [0.01, inf]; got 0.0" in result.stderr
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--rl_critic", "value"],
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--value", "oracle"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert "DemoConfig.rl_critic must be one of ['policy', 'verifier']; got 'value'" in result.stderr
+    assert "DemoConfig.value must be one of ['loop', 'teacher']; got 'oracle'" in result.stderr
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--gold_problems", "5000"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "gold_problems must be at most 2000" in result.stderr

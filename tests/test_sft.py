@@ -117,6 +117,26 @@ def test_jsonl_pairs_train_and_evaluation_can_stop_training(arithmetic_model_dir
     assert [row["step"] for row in result.history] == [5, 10] and result.history[1]["step_seen"] == 10.0
 
 
+def test_early_stopping_keeps_the_weights_of_the_best_evaluation(arithmetic_model_dir):
+    scripted = iter([0.1, 0.5, 0.3, 0.5, 0.2, 0.9])  # best at the 2nd evaluation (a tie later is not better)
+    snapshots = {}
+
+    def eval_fn(step, model, tokenizer):
+        snapshots[step] = {k: v.clone() for k, v in model.state_dict().items()}
+        return {"pass@1": next(scripted)}
+
+    config = SFTConfig(batch_size=4, max_steps=50, eval_every=2, best_metric="pass@1", patience=3, progress=False)
+    result = train_sft(arithmetic_model_dir, _pairs(20), config, eval_fn=eval_fn)
+    assert (result.stopped_by, result.steps, result.best_step) == ("patience", 10, 4)  # 3 evaluations after step 4
+    kept = result.model.state_dict()
+    assert all(torch.equal(kept[k], snapshots[4][k]) for k in kept)
+    assert not all(torch.equal(kept[k], snapshots[10][k]) for k in kept)
+    with pytest.raises(KeyError, match="best_metric is 'accuracy'"):
+        train_sft(arithmetic_model_dir, _pairs(20), replace(config, best_metric="accuracy"), eval_fn=eval_fn)
+    with pytest.raises(ValueError, match="patience"):
+        SFTConfig(patience=2)
+
+
 def test_learning_rate_schedule():
     cosine = SFTConfig(lr=1.0, max_steps=110, warmup_steps=10, min_lr_ratio=0.1)
     assert lr_factor(0, cosine) == pytest.approx(0.1) and lr_factor(9, cosine) == pytest.approx(1.0)
@@ -147,6 +167,11 @@ def test_cold_start_smoke(tmp_path):
     assert result.steps >= 4 and not result.in_range
     assert set(result.final) == {"greedy_pass@1", "sampled_pass@1", "pass@2"}
     assert load_policy(result.model_dir, "hf").num_parameters > 0
+    best = cold_start(tmp_path / "best", difficulty="easy", target_pass_range=None, max_minutes=0.1,
+                      config=replace(config, best_metric="pass@1", patience=1),
+                      hidden_size=32, num_layers=1, num_heads=2, num_train=50, eval_problems=4, eval_samples=1,
+                      final_eval=False, progress=False)
+    assert best.best_step is not None and best.best_step in [row["step"] for row in best.curve]
 
 
 def test_gradient_checkpointing_and_bfloat16(arithmetic_model_dir):

@@ -240,8 +240,9 @@ def grade(completion: str, reference: str) -> float:
 VERIFIER = Verifier(reward=GradeReward(grade), extract=extract, equivalent=equivalent)
 """The task's verifier in the shared contract (`verifiers.types.Verifier`): its reward is `grade`
 against ``problem.reference``."""
-SPLITS: dict[str, tuple[int, int]] = {"train": (5000, 0), "test": (128, 10_000)}
-"""Split -> (problem count, seed) of `load_arithmetic`; `scripts/lab/cold_start.py` holds out the "test" seed."""
+SPLITS: dict[str, tuple[int, int]] = {"train": (5000, 0), "test": (128, 10_000), "validation": (256, 20_000)}
+"""Split -> (problem count, seed) of `load_arithmetic`. "test" measures; "validation" selects (early stopping
+of `scripts/lab/cold_start.py`); training data drawn elsewhere leaves out both."""
 
 
 def load_arithmetic(path=None, split: str = "test", difficulty: str | Difficulty = "medium") -> Task:

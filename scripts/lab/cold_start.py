@@ -1,11 +1,13 @@
-"""The embedded task's cold start: a tiny Llama SFT-trained on arithmetic traces until partly skilled.
+"""The embedded task's cold start: a tiny Llama SFT-trained on the gold arithmetic traces of a few problems.
 
 DeepSeek-R1 (DeepSeek-AI 2025, section 2.3.1) starts RL from a "cold start": a short SFT on long
 chain-of-thought examples in the `<think>...</think>` format. `cold_start` is that stage for the
 embedded default: a ~1M-parameter Llama trained (`rl.sft.train_sft`) on generated arithmetic traces
-(`verifiers.arithmetic`) that stops on purpose at partial skill (sampled pass@1 in
-`target_pass_range`), because search and RL need room to improve: the gap between pass@1 and
-pass@k is what they can win. `pass_rates` measures pass@1 (with its interval) and pass@k.
+(`verifiers.arithmetic`). In the RLVR setting (the demo's default) it sees the traces of a fixed gold
+budget of problems and trains to its best validation pass@1 (early stopping); the budget, not an early
+stop, leaves room for search and RL. The older mode stops as soon as sampled pass@1 reaches
+`target_pass_range` (the teacher comparison of docs/results.md). `pass_rates` measures pass@1 (with its
+interval) and pass@k.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from verifiers.tasks import reward
 if TYPE_CHECKING:
     from verifiers.arithmetic import Difficulty
 
-__all__ = ["ColdStartResult", "COLD_START_SFT", "pass_rates", "cold_start"]
+__all__ = ["ColdStartResult", "COLD_START_SFT", "GOLD_BUDGET_SFT", "pass_rates", "cold_start"]
 
 
 @dataclass
@@ -49,7 +51,9 @@ class ColdStartResult:
     """CPU time of this process over the same span: about the wall time on an idle core when threads=1,
     so it stays comparable when other work shares the machine."""
     in_range: bool
-    """Whether the last evaluated sampled pass@1 lies in the target range."""
+    """Whether the sampled validation pass@1 of the kept weights lies in the target range."""
+    best_step: int | None = None
+    """With early stopping: the step of the kept weights (the best validation pass@1)."""
     final: dict = field(default_factory=dict)
     """On the held-out set after training (when final_eval): greedy pass@1, sampled pass@1, pass@k."""
 
@@ -59,6 +63,11 @@ COLD_START_SFT = SFTConfig(lr=3e-3, batch_size=32, max_steps=700, warmup_steps=2
 """The cold start's SFT settings: the recipe AdamW lr 3e-3 at batch 32, which reached the target
 on fewer examples than batch 64 or 16 (docs/benchmarks.md, "Cold start"), with a cosine decay over 700
 steps (~4 min on an idle core). Training normally stops on the pass-rate target before max_steps."""
+
+
+GOLD_BUDGET_SFT = replace(COLD_START_SFT, max_steps=3000, eval_every=50, best_metric="pass@1", patience=6)
+"""The cold start of the RLVR setting: the same recipe trained to its best validation pass@1 on a fixed gold
+budget, stopped after 6 evaluations (300 steps) without a new best and restored to the best one."""
 
 
 def pass_rates(policy, problems: Sequence, reward_fn: Callable[[str, object], float], *, n: int = 1,
@@ -81,12 +90,12 @@ def pass_rates(policy, problems: Sequence, reward_fn: Callable[[str, object], fl
 
 
 def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = "medium",
-               target_pass_range: tuple[float, float] = (0.3, 0.6), max_minutes: float = 5.0,
+               target_pass_range: tuple[float, float] | None = (0.3, 0.6), max_minutes: float = 5.0,
                config: SFTConfig | None = None, hidden_size: int = 128, num_layers: int = 4, num_heads: int = 4,
                num_train: int = 20_000, eval_problems: int = 128, eval_samples: int = 2, final_eval: bool = True,
                final_samples: int = 8, self_correction: float = 0.0, seed: int = 0,
                progress: bool = True) -> ColdStartResult:
-    """Build a small Llama for the arithmetic task and SFT it on gold traces until it is partly skilled.
+    """Build a small Llama for the arithmetic task and SFT it on the gold traces of `num_train` problems.
 
     self_correction: the fraction of training traces that are s1-style self-correction traces (one to
     three whole passes, some with a slip, each followed by "Wait", then the correct pass;
@@ -94,10 +103,12 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
     the model.
 
     Every `config.eval_every` steps (default `COLD_START_SFT`) the sampled (T=1) pass@1 on a fixed
-    held-out set of `eval_problems` problems (`eval_samples` samples each) is measured; training
-    stops as soon as it reaches `target_pass_range[0]` (or after `max_minutes`). The held-out set is
-    the arithmetic "test" split (its seed plus `seed`; with the defaults exactly
-    `load_arithmetic(split="test")`), removed from the training problems. `difficulty`: a name in
+    validation set of `eval_problems` problems (`eval_samples` samples each) is measured. With
+    `target_pass_range` training stops as soon as it reaches `target_pass_range[0]`; with None it trains to
+    its best validation pass@1 (early stopping: `config.patience` evaluations without a new best, default
+    `GOLD_BUDGET_SFT`) and keeps those weights. `max_minutes` only bounds a stuck run. The validation set is
+    the arithmetic "validation" split (its seed plus `seed`); it and the "test" split's problems are kept
+    out of the `num_train` training problems, the gold budget. `difficulty`: a name in
     `verifiers.arithmetic.DIFFICULTIES` or a `Difficulty`. Torch threads: `config.threads` (1).
     """
     from planner.policy.hf import HFPolicy
@@ -106,17 +117,23 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
 
     if not 0.0 <= self_correction <= 1.0:
         raise ValueError(f"self_correction must be a fraction in [0, 1]; got {self_correction!r}")
-    low, high = target_pass_range
+    low, high = target_pass_range or (0.0, 1.0)
     if not 0 <= low <= high <= 1:
         raise ValueError(f"target_pass_range must be (low, high) with 0 <= low <= high <= 1; got {target_pass_range!r}")
-    config = replace(config or COLD_START_SFT, max_minutes=max_minutes, seed=seed, progress=progress)
+    config = config or (COLD_START_SFT if target_pass_range else GOLD_BUDGET_SFT)
+    if target_pass_range is None and config.best_metric is None:
+        config = replace(config, best_metric="pass@1", patience=config.patience or GOLD_BUDGET_SFT.patience)
+    config = replace(config, max_minutes=max_minutes, seed=seed, progress=progress)
     if config.eval_every < 1:
         raise ValueError(f"cold_start needs config.eval_every >= 1 to watch the pass rate; got {config.eval_every}")
     start, cpu_start = time.perf_counter(), time.process_time()
     with torch_settings(config.threads):
-        held_out = arithmetic_task(eval_problems, difficulty, seed=SPLITS["test"][1] + seed)
-        held_out_questions = {p.question for p in held_out}
-        train = [p for p in arithmetic_task(num_train, difficulty, seed=seed) if p.question not in held_out_questions]
+        held_out = arithmetic_task(eval_problems, difficulty, seed=SPLITS["validation"][1] + seed)
+        kept_out = {p.question for p in held_out} | {
+            p.question for p in arithmetic_task(max(eval_problems, SPLITS["test"][0]), difficulty,
+                                                seed=SPLITS["test"][1] + seed)}
+        train = [p for p in arithmetic_task(num_train + len(kept_out), difficulty, seed=seed)
+                 if p.question not in kept_out][:num_train]
         # one token per character, + slack; a self-correcting trace writes up to 1 + REDO_PASSES passes
         passes = 1 + REDO_PASSES if self_correction else 1
         max_tokens = passes * max(len(p.meta["solution"]) for p in held_out) + 8
@@ -137,10 +154,12 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
             rates = pass_rates(policy_of(model), held_out, reward, n=eval_samples, max_tokens=max_tokens, seed=seed)
             return {"pass@1": rates["pass@1"]}
 
-        result = train_sft(model, pairs, config, tokenizer=tokenizer,
-                           output_dir=output_dir, eval_fn=evaluate, should_stop=lambda m: m["pass@1"] >= low)
+        stop = (lambda m: m["pass@1"] >= low) if target_pass_range else None
+        result = train_sft(model, pairs, config, tokenizer=tokenizer, output_dir=output_dir, eval_fn=evaluate,
+                           should_stop=stop)
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-        last = result.history[-1]["pass@1"] if result.history else 0.0
+        kept = [row for row in result.history if row["step"] == result.best_step] or result.history[-1:]
+        last = kept[0]["pass@1"] if kept else 0.0
         final = {}
         if final_eval:
             policy = policy_of(result.model)
@@ -149,4 +168,5 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
             final = {"greedy_pass@1": greedy["pass@1"], "sampled_pass@1": sampled["pass@1"],
                      f"pass@{final_samples}": sampled[f"pass@{final_samples}"]}
     return ColdStartResult(model_dir=output_dir, curve=result.history, steps=result.steps, seconds=seconds,
-                           cpu_seconds=cpu_seconds, in_range=low <= last <= high, final=final)
+                           cpu_seconds=cpu_seconds, in_range=low <= last <= high, final=final,
+                           best_step=result.best_step)
