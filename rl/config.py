@@ -82,6 +82,9 @@ class LoopVerifierConfig:
     """Weight of the unlikelihood term on the steps the trees show went wrong (0: SFT alone)."""
     reduce: Literal["min", "mean"] = "min"
     """How a prefix's token probabilities become its value (`planner.LikelihoodVerifier`)."""
+    min_likelihood: float = 0.0
+    """Keep a verified-correct response for training only when the current verifier gives its least likely
+    token at least this probability, in [0, 1) (0: keep every verified response)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "buffer"):
@@ -92,6 +95,8 @@ class LoopVerifierConfig:
             _fail("LoopVerifierConfig", "lr", "a number > 0", self.lr)
         if not self.unlikelihood_coef >= 0:
             _fail("LoopVerifierConfig", "unlikelihood_coef", "a number >= 0", self.unlikelihood_coef)
+        if not 0.0 <= self.min_likelihood < 1.0:
+            _fail("LoopVerifierConfig", "min_likelihood", "a number in [0, 1)", self.min_likelihood)
         if self.reduce not in ("min", "mean"):
             _fail("LoopVerifierConfig", "reduce", "one of ['mean', 'min']", self.reduce)
 

@@ -12,6 +12,10 @@ leaves it accepts are this verifier's training data, and the next iteration's se
   Training"), -log(1 - p(y_t)), on the tokens of the steps the tree shows went wrong: a node none of whose
   leaves is correct while its parent has a correct leaf below it (Monte-Carlo Q = 0 under a parent with
   Q > 0, the tree statistic rStar-Math's step labels read).
+- Optionally a filter (`min_likelihood`): a response whose final answer is right can carry a wrong step
+  that a later slip cancels, and SFT on it teaches the verifier to accept that step. With the filter only
+  the verified responses whose least likely token the current verifier already finds at least that
+  likely join the buffer.
 - It scores a prefix as `planner.LikelihoodVerifier` does: the probability of the least likely token
   the policy wrote.
 
@@ -81,24 +85,36 @@ class LoopVerifier:
     def observe(self, trees) -> dict[str, float]:
         """Add the trees' verified-correct responses (reward >= 0.5) and, with an unlikelihood term, their
         wrong steps to the buffers."""
-        new = 0
+        verified: dict[tuple[int, ...], int] = {}  # this call's verified-correct responses -> where they start
         for tree in trees:
             for leaf in tree.leaves():
                 node = tree[leaf]
-                if leaf == ROOT or node.reward is None or node.reward < 0.5:
-                    continue
-                ids = tuple(tree.prefix_ids(leaf))
-                if ids not in self.correct:
-                    new += 1
-                self.correct.pop(ids, None)  # re-inserted as the newest
-                self.correct[ids] = len(tree[ROOT].token_ids)
+                if leaf != ROOT and node.reward is not None and node.reward >= 0.5:
+                    verified[tuple(tree.prefix_ids(leaf))] = len(tree[ROOT].token_ids)
             if self.config.unlikelihood_coef > 0:
                 self.wrong.extend(wrong_steps(tree))
+        kept = verified
+        if self.config.min_likelihood > 0 and verified:  # a right answer may carry a wrong step: keep the plausible
+            least = self.least_likely([(list(ids), start) for ids, start in verified.items()])
+            kept = {ids: start for (ids, start), p in zip(verified.items(), least) if p >= self.config.min_likelihood}
+        new = sum(ids not in self.correct for ids in kept)
+        for ids, start in kept.items():
+            self.correct.pop(ids, None)  # re-inserted as the newest
+            self.correct[ids] = start
         while len(self.correct) > self.config.buffer:
             del self.correct[next(iter(self.correct))]
         self.wrong = self.wrong[-self.config.buffer:]
         return {"loop_value_new_correct": float(new), "loop_value_correct": float(len(self.correct)),
+                "loop_value_filtered": float(len(verified) - len(kept)),
                 "loop_value_wrong_steps": float(len(self.wrong))}
+
+    @torch.no_grad()
+    def least_likely(self, examples: list[tuple[list[int], int]]) -> list[float]:
+        """Per (ids, start): the probability of the least likely token from `start` on, under the current
+        weights (the value `planner.LikelihoodVerifier` gives a finished response with reduce="min")."""
+        input_ids, attention, targets = self._batch(examples)
+        probabilities = self._token_logprobs(input_ids, attention).exp()  # (B, T)
+        return probabilities.masked_fill(targets == 0, 1.0).min(-1).values.tolist()
 
     def _batch(self, examples: list[tuple[list[int], int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(input_ids, attention_mask, target mask) (B, T): the target mask marks the tokens from `start` on."""

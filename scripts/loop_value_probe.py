@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=at_least(1), default=20, help="RL iterations")
     parser.add_argument("--grade_every", type=at_least(1), default=5, help="iterations between gradings")
     parser.add_argument("--unlikelihood", type=float, default=0.0, help="LoopVerifierConfig.unlikelihood_coef")
+    parser.add_argument("--min_likelihood", type=float, default=0.0, help="LoopVerifierConfig.min_likelihood")
     args = parser.parse_args(argv)
     out, seed = Path(args.out), args.seed
     out.mkdir(parents=True, exist_ok=True)
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                          estimator="grpo", lr=1e-4, minibatches=4, seed=seed, critic=CriticConfig(enabled=False),
                          learner_threads=1, device="cpu", old_logprobs="engine",
                          loop_verifier=LoopVerifierConfig(model=str(out / "verifier_start"),
-                                                          unlikelihood_coef=args.unlikelihood))
+                                                          unlikelihood_coef=args.unlikelihood,
+                                                          min_likelihood=args.min_likelihood))
     trainer = SearchTrainer(config, arithmetic_task(4000, "medium", seed=seed + 1), task.reward,
                             extract=task.verifier.extract, engine=engine)
 

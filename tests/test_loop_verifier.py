@@ -59,7 +59,8 @@ def test_it_learns_the_verified_response_saves_a_scorer_folder_and_resumes_exact
 
     before = values()
     seen = verifier.observe([tree])
-    assert seen == {"loop_value_new_correct": 1.0, "loop_value_correct": 1.0, "loop_value_wrong_steps": 1.0}
+    assert seen == {"loop_value_new_correct": 1.0, "loop_value_correct": 1.0, "loop_value_filtered": 0.0,
+                    "loop_value_wrong_steps": 1.0}
     assert verifier.observe([tree])["loop_value_new_correct"] == 0.0  # distinct responses only
     verifier.train(seed=0)
     after = values()
@@ -75,6 +76,26 @@ def test_it_learns_the_verified_response_saves_a_scorer_folder_and_resumes_exact
     resumed.train(seed=1)
     for (name, a), b in zip(verifier.model.named_parameters(), resumed.model.parameters()):
         assert torch.equal(a, b), name  # the same AdamW state: the same next steps
+
+
+def test_the_filter_keeps_the_verified_responses_the_verifier_finds_likely(model_dir):
+    verifier = LoopVerifier(LoopVerifierConfig(model=str(model_dir)))
+    tree, nodes = _tree(verifier.tokenizer)
+    for node in ("ok", "no"):  # three verified responses now
+        tree[nodes[node]].reward = 1.0
+    prompt_len = len(tree[ROOT].token_ids)
+    leaves = [tree.prefix_ids(nodes[n]) for n in ("right", "ok", "no")]
+    # the reference: planner.LikelihoodVerifier's value of a finished response, least token probability
+    expected = verifier.scorer().score(leaves, prompt_len=prompt_len, finished=[True] * 3)
+    assert verifier.least_likely([(ids, prompt_len) for ids in leaves]) == pytest.approx(expected, rel=1e-5)
+    middle = sorted(expected)[1]
+    verifier.config = LoopVerifierConfig(model=str(model_dir), min_likelihood=middle)
+    seen = verifier.observe([tree])
+    assert (seen["loop_value_correct"], seen["loop_value_filtered"]) == (2.0, 1.0)
+    kept = {ids for ids in verifier.correct}
+    assert kept == {tuple(ids) for ids, p in zip(leaves, expected) if p >= middle}
+    with pytest.raises(ValueError, match=r"min_likelihood must be a number in \[0, 1\)"):
+        LoopVerifierConfig(min_likelihood=1.0)
 
 
 def test_the_loop_verifier_values_every_search_and_learns_from_the_trees(model_dir, tmp_path):

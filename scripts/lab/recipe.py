@@ -119,6 +119,9 @@ class DemoConfig:
     loop_value_unlikelihood: float = 0.0
     """Weight of the loop value's unlikelihood term on the steps its trees show went wrong
     (`LoopVerifierConfig.unlikelihood_coef`; 0: SFT on verified leaves alone)."""
+    loop_value_min_likelihood: float = 0.0
+    """Train the loop value only on the verified responses whose least likely token it already gives at
+    least this probability (`LoopVerifierConfig.min_likelihood`; 0: every verified response)."""
     learner_threads: int = 2
     """Torch threads of RL's learner update (`TrainConfig.learner_threads`; the engine waits meanwhile).
     Every other stage, the engine included, runs on one; the cold start and the value's start train side
@@ -276,7 +279,8 @@ def _run_demo(config: DemoConfig) -> dict:
                         step_delimiter=STEP_DELIMITER, max_step_tokens=16, max_steps=8,
                         temperature=config.rl_temperature)
     loop_value = LoopVerifierConfig(model=str(value_start.model_dir), steps=config.loop_value_steps,
-                                    unlikelihood_coef=config.loop_value_unlikelihood) if loop else LoopVerifierConfig()
+                                    unlikelihood_coef=config.loop_value_unlikelihood,
+                                    min_likelihood=config.loop_value_min_likelihood) if loop else LoopVerifierConfig()
     train_config = TrainConfig(
         model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
         prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
