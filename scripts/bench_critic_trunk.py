@@ -1,5 +1,5 @@
-"""The demo's RL learner update with the value critic on the policy's trunk, on the verifier's, and with no
-critic, side by side (`CriticConfig.model`, `DemoConfig.rl_critic`).
+"""An RL learner update of the demo's size with the value critic on the policy's trunk, on a small verifier's,
+and with no critic, side by side (`CriticConfig.model`).
 
     .venv/bin/python scripts/bench_critic_trunk.py                  # cold start and verifier first (~3-5 min)
     .venv/bin/python scripts/bench_critic_trunk.py --model runs/demo/sft --verifier runs/demo/verifier --no-doc
@@ -71,8 +71,7 @@ def main() -> None:
         "| critic | critic parameters | update wall s (policy and critic) | vs the policy's trunk |",
         "|---|---:|---:|---:|",
         *[f"| {name} | {parameters[name]:,} | {median[name]:.2f} | {median[name] / base:.2f}x |" for name in critics],
-        "",
-        "The demo's critic starts from the verifier's trunk (`DemoConfig.rl_critic = \"verifier\"`) from this.", ""])
+        ""])
     print(body)
     if not args.no_doc:
         print(f"written to {update_section('Critic trunk', body)}")
