@@ -136,3 +136,20 @@ def test_demo_help_and_bad_option():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--gold_problems", "5000"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "gold_problems must be at most 2000" in result.stderr
+
+
+def test_demo_seeds_summarises_runs(demo, tmp_path):
+    import demo_seeds
+
+    mean, low, high = demo_seeds.t_interval([1.0, 2.0, 3.0])  # by hand: sd 1, half-width 4.303 / sqrt(3)
+    assert (mean, low, high) == pytest.approx((2.0, 2.0 - 2.4844, 2.0 + 2.4844), abs=1e-4)
+    assert demo_seeds.t_interval([5.0])[1:] == (None, None)
+    out, summary, _ = demo
+    assert demo_seeds.main(["--runs", str(out), "--out", str(tmp_path / "seeds")]) == 0
+    rows = (tmp_path / "seeds" / "seeds.csv").read_text().splitlines()
+    assert len(rows) == 2 and rows[1].startswith(f"{TINY.seed},loop,{TINY.gold_problems},")
+    assert f"Mean RL gain over 1 runs: {summary['rl_gain_points']:+.1f} points" in (tmp_path / "seeds" / "seeds.md").read_text()
+    for name in ("pass_at_1_per_seed.png", "value_during_rl.png"):
+        assert (tmp_path / "seeds" / name).read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit):
+        demo_seeds.main(["--runs", str(tmp_path), "--out", str(tmp_path / "x")])  # no summary.json there
