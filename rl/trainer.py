@@ -30,7 +30,7 @@ from planner.policy.local_models import NAMED_MODELS, resolve_model
 from planner.policy.scoped import torch_threads
 from planner.prm_scorers import load_scorer
 from planner.scorers import VerifierOracleScorer
-from planner.scheduler import run_interleaved
+from planner.scheduler import run_interleaved, scorer_for_search
 from planner.strategies import STRATEGIES, MCTSConfig
 from planner.strategies.common import complete
 from planner.tree import ROOT
@@ -69,7 +69,7 @@ def _warn_if_no_reward(metrics: dict, response_tokens: int) -> None:
 
 
 def _search(view, *, strategy, prompt_ids, scorer, settings, seed):
-    scorer = scorer.for_search(view) if scorer is not None else None  # its own compute record
+    scorer = scorer_for_search(scorer, view) if scorer is not None else None  # its own compute record
     return STRATEGIES[strategy](prompt_ids, view, scorer, None, settings, seed)
 
 
