@@ -222,6 +222,19 @@ def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
         SearchTrainer(config(rl_model_dir, tmp_path / "none", trainable="nothing"), PROBLEMS, digit_fraction)
 
 
+def test_progress_shows_each_phase_of_an_iteration_only_when_asked(rl_model_dir, tmp_path, capsys):
+    c = config(rl_model_dir, tmp_path, iterations=2, critic=CriticConfig(enabled=False))
+    trainer = SearchTrainer(c, PROBLEMS, digit_fraction)
+    capsys.readouterr()
+    trainer.step()  # outside run(progress=True): no bar at all
+    assert "search" not in capsys.readouterr().err
+    trainer.run(progress=True)  # the second iteration
+    shown = capsys.readouterr().err
+    assert "search-train" in shown  # the iterations' bar, and under it the phases (trees, then minibatches)
+    assert f"search:   0%|          | 0/{c.prompts_per_iteration} " in shown
+    assert f"learn:   0%|          | 0/{c.epochs * c.minibatches} " in shown
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"estimator": "ppo2"}, r"estimator must be one of \[.*'grpo'.*\]; got 'ppo2'"),
     ({"minibatches": 3}, r"not divisible into minibatches=3"),
