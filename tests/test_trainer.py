@@ -20,6 +20,7 @@ from rl.config import CriticConfig, TrainConfig
 from rl.losses import PolicyLossConfig
 from rl.metrics import MEASURED, read_metrics
 from rl.trainer import SearchTrainer
+from test_metrics_doc import assert_documented  # tests/ is on sys.path under pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TIMING = MEASURED  # measurements, not results
@@ -70,6 +71,7 @@ def test_grpo_raises_reward_and_changes_every_parameter(rl_model_dir, tmp_path):
     assert all(torch.equal(served[k], v) for k, v in trainer.learner.policy.state_dict().items())
     rows = read_metrics(tmp_path)
     assert [r["iteration"] for r in rows] == list(range(6))
+    assert_documented(rows)
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 7
     assert (tmp_path / "checkpoint" / "policy" / "config.json").is_file()
 
@@ -81,6 +83,7 @@ def test_mcts_trees_train_the_critic_and_its_error_on_new_nodes_falls(rl_model_d
     errors = [m["critic_heldout_mse"] for m in history]  # measured on each iteration's new trees, before training
     assert sum(errors[1:]) / 4 < 0.6 * errors[0], errors
     assert all(m["tree_nodes"] > 1 + 4 for m in history)  # real trees, not single samples
+    assert_documented(history)
     # the trained critic guided the searches after the first iteration
     assert trainer._scorer(PROBLEMS[0]) is trainer.learner.critic
 
@@ -134,6 +137,7 @@ def test_ppo_with_gae_runs_and_fits_the_value(rl_model_dir, tmp_path):
     history = trainer.run(progress=False)
     assert all(torch.isfinite(torch.tensor(m["value_loss"])) for m in history)
     assert history[-1]["value_loss"] < history[0]["value_loss"]
+    assert_documented(history)
 
 
 def first_update_gradient(trainer) -> torch.Tensor:
