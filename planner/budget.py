@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from planner.policy.types import ComputeStats
+from planner.policy.types import ComputeStats, Counters
 
 __all__ = ["Budget", "ComputeRecord", "ComputeMeter", "Spend", "as_budget", "largest"]
 
@@ -66,7 +66,7 @@ class Budget:
 
 
 @dataclass(frozen=True)
-class Spend:
+class Spend(Counters):
     """An upper bound on what work not yet done will spend; a strategy sizes a round by it."""
 
     generated_tokens: int = 0
@@ -75,9 +75,6 @@ class Spend:
     """Prompt tokens the policy will process, all counted as computed (none from the cache)."""
     scorer_tokens: int = 0
     """Tokens the scorer's own model will run a forward pass over."""
-
-    def __add__(self, other: "Spend") -> "Spend":
-        return Spend(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
 
 def largest(low: int, high: int, fits: Callable[[int], bool]) -> int | None:
@@ -104,7 +101,7 @@ def as_budget(budget: "Budget | int | None") -> Budget | None:
 
 
 @dataclass
-class ComputeRecord:
+class ComputeRecord(Counters):
     """What one search spent."""
 
     generated_tokens: int = 0
@@ -122,11 +119,8 @@ class ComputeRecord:
     def flops(self) -> float:
         return self.policy_flops + self.scorer_flops
 
-    def __add__(self, other: "ComputeRecord") -> "ComputeRecord":
-        return ComputeRecord(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
-
     def to_dict(self) -> dict:
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "flops": self.flops}
+        return {**super().to_dict(), "flops": self.flops}
 
 
 class ComputeMeter:

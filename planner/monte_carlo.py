@@ -9,7 +9,6 @@ import numpy as np
 from planner.answers import Equivalent, Extract, default_extract, default_verify, same_answer
 from planner.budget import Spend, largest
 from planner.policy.types import SamplingParams
-from planner.scheduler import SearchView
 from planner.scorers import Scorer, _response
 
 __all__ = ["MonteCarloScorer"]
@@ -26,6 +25,8 @@ class MonteCarloScorer(Scorer):
     scored by its own answer, against the reference, or else by the fraction of `rollouts` samples
     from the prompt that agree with it (drawn once per prompt per search). All rollouts of one call
     are sampled in one `policy.generate`; they count in the policy's stats, so `num_parameters = 0`.
+Searches run together over `policy` (`planner.scheduler.scorer_for_search`) roll out through their own
+view of it, so their rollouts join the merged engine calls.
 
     Under a budget (`score(..., affordable=...)`) a call that cannot afford `rollouts` samples of
     `max_tokens` each uses fewer rollouts per prefix, then (with one) shorter ones; the least is one
@@ -43,14 +44,6 @@ class MonteCarloScorer(Scorer):
         self.equivalent = equivalent or (default_verify if reference is not None else same_answer)
         self.is_oracle = reference is not None
         self.reset(seed)
-
-    def for_search(self, policy) -> "MonteCarloScorer":
-        """Also roll out through the search's view of the engine when it serves this scorer's policy:
-        the rollouts then join the merged engine calls and count in that search's generated tokens."""
-        twin = super().for_search(policy)
-        if isinstance(policy, SearchView) and policy.shared_policy is self.policy:
-            twin.policy = policy
-        return twin
 
     def reset(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)

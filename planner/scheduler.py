@@ -17,7 +17,8 @@ answered, one merged call per kind of request (in the order of each kind's first
   `policy.generate` over all their prompts, in job order, with a seed derived from the jobs' own seeds
   (a lone call keeps its own; `_Rendezvous.generate_merged` says how calls of different n merge);
 - calls of one scorer that `merges_calls` (a `ModelScorer` or the learner's `ValueCritic`): one
-  batched forward over all their prefixes (`Scorer._score_merged`).
+  batched forward over all their prefixes (`Scorer._score_merged`). A job gets its scorer through
+  `scorer_for_search(scorer, view)`, which routes the scorer's calls through the view.
 
 The schedule depends on nothing but the jobs, so the outcome is deterministic. What a merged generate
 call gives a search depends on which searches share it (its seed comes from all of theirs, and a
@@ -28,6 +29,7 @@ policy; tests/test_scheduler.py shows each problem then gets the tree it gets wi
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -35,9 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.policy.base import NamedTensors, Policy
-from planner.policy.types import SamplingParams
+from planner.policy.types import ComputeStats, SamplingParams
+from planner.scorers import Scorer
 
-__all__ = ["SearchView", "run_interleaved"]
+__all__ = ["SearchView", "run_interleaved", "scorer_for_search"]
 
 
 @dataclass
@@ -64,7 +67,7 @@ class SearchView(Policy):
         super().__init__(seed=index)
         self._rendezvous, self._index = rendezvous, index
         self.shared_policy = rendezvous.policy
-        """The engine this view serves from (`Scorer.for_search` rebinds rollout scorers to the view)."""
+        """The engine this view serves from (`scorer_for_search` rebinds rollout scorers to the view)."""
         self.backend = self.shared_policy.backend
         self.model_path = self.shared_policy.model_path
         self.tokenizer = self.shared_policy.tokenizer
@@ -92,12 +95,42 @@ class SearchView(Policy):
     def merged_call(self, key: Hashable, payload, answer: Callable[[list], list]):
         """This search's reply to `payload`, answered at the end of the round together with every other
         search's payload of the same `key`: `answer(payloads)` runs once over all of them, in job order,
-        and returns one reply per payload. How a scorer's calls are merged (`Scorer.for_search`)."""
+        and returns one reply per payload. How a scorer's calls are merged (`scorer_for_search`)."""
         return self._rendezvous.wait_for(self._index, _Request(key, payload, answer))
 
     def load_weights(self, named_tensors: NamedTensors) -> None:
         raise TypeError("a search's view of a shared engine cannot load weights: call load_weights on the shared "
                         "policy (SearchView.shared_policy) between searches")
+
+
+def scorer_for_search(scorer: Scorer, view: SearchView) -> Scorer:
+    """`scorer` for the one search that `view` serves (`planner.solve.solve_batch`, the learner): a shallow
+    copy with its own `stats` (and, once `reset`, its own per-search state), so that each search's compute
+    counts only its own scoring. A scorer that samples from the shared engine (its `policy` is
+    `view.shared_policy`: a `MonteCarloScorer`) samples through the view instead, so its rollouts join the
+    merged engine calls and count in this search's generated tokens. A scorer that `merges_calls` has the
+    copy's calls answered together with the other searches' calls of the round, in one `_score_merged` of
+    the original scorer; the copy still counts its own calls and tokens."""
+    twin = copy.copy(scorer)
+    twin.stats = ComputeStats()
+    if getattr(scorer, "policy", None) is view.shared_policy:
+        twin.policy = view
+    merged = scorer.__dict__.get("_score")  # a `_MergedScore` when `scorer` is itself another search's copy
+    if scorer.merges_calls:
+        twin._score = _MergedScore(view, merged.origin if isinstance(merged, _MergedScore) else scorer)
+    return twin
+
+
+class _MergedScore:
+    """A search's copy's `_score` when its scorer `merges_calls`: the call waits for the end of the round and
+    is answered by one `origin._score_merged` over every search's call of that round."""
+
+    def __init__(self, view: SearchView, origin: Scorer) -> None:
+        self.view, self.origin = view, origin
+
+    def __call__(self, prefixes: list[list[int]], prompt_len: int | None, finished: list[bool]) -> list[float]:
+        return self.view.merged_call(("score", self.origin), (prefixes, prompt_len, finished),
+                                     self.origin._score_merged)
 
 
 class _Rendezvous:

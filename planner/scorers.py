@@ -18,7 +18,6 @@ Step scores along a path are combined by an aggregation from `AGGREGATIONS` (sea
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import time
@@ -31,7 +30,6 @@ import numpy as np
 from planner.answers import Equivalent, Extract, default_extract, default_verify
 from planner.budget import Spend
 from planner.policy.types import ComputeStats
-from planner.scheduler import SearchView
 
 __all__ = ["Scorer", "ModelScorer", "ConfidenceScorer", "RandomScorer", "OutcomeScorer", "VerifierOracleScorer",
            "AGGREGATIONS", "aggregate"]
@@ -70,8 +68,6 @@ class Scorer(ABC):
     """Whether the calls of searches run together (`planner.scheduler.run_interleaved`) are answered as one
     (`_score_merged`): true for a scorer that runs its own model and nothing else (no policy calls, no
     per-search state), whose value of a prefix does not depend on the other prefixes of its call."""
-    _merge_view: "SearchView | None" = None
-    _merge_origin: "Scorer | None" = None
 
     def __init__(self) -> None:
         self.stats = ComputeStats()
@@ -93,12 +89,7 @@ class Scorer(ABC):
                 raise ValueError(f"{type(self).__name__} reads each prefix's last-step log-probabilities: pass "
                                  "step_logprobs (one list per prefix; planner.strategies.common.evaluate does)")
             extra["step_logprobs"] = [list(map(float, lp)) for lp in step_logprobs]
-        if self._merge_view is not None:  # one forward with the other searches' calls of this round
-            values = self._merge_view.merged_call(("score", self._merge_origin), (prefixes, prompt_len, finished),
-                                                  self._merge_origin._score_merged)
-        else:
-            values = self._score(prefixes, prompt_len, finished, **extra)
-        values = [float(v) for v in values]
+        values = [float(v) for v in self._score(prefixes, prompt_len, finished, **extra)]
         self.stats.seconds += time.perf_counter() - start
         self.stats.calls += 1
         self.stats.prompt_tokens += sum(len(p) for p in prefixes)
@@ -135,20 +126,6 @@ class Scorer(ABC):
 
     def reset(self, seed: int) -> None:
         """Called at the start of each search: reseed and drop per-problem caches (default: nothing)."""
-
-    def for_search(self, policy) -> "Scorer":
-        """This scorer for one of several searches that run interleaved over a shared engine
-        (`planner.scheduler.run_interleaved`: `solve_batch`, the learner): a shallow copy with its own
-        `stats` (and, once `reset`, its own per-search state), so that each search's compute counts only
-        its own scoring. `policy` is that search's `SearchView` (see `MonteCarloScorer.for_search`). A scorer
-        that `merges_calls` answers the copy's calls together with the other searches' calls of the round,
-        in one `_score_merged` of this scorer; the copy still counts its own calls and tokens."""
-        twin = copy.copy(self)
-        twin.stats = ComputeStats()
-        merge = self.merges_calls and isinstance(policy, SearchView)
-        twin._merge_view = policy if merge else None
-        twin._merge_origin = (self._merge_origin or self) if merge else None
-        return twin
 
 
 def _response(prefix: list[int], prompt_len: int | None) -> list[int]:

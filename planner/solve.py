@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.budget import Budget, ComputeRecord, as_budget
-from planner.scheduler import run_interleaved
+from planner.scheduler import run_interleaved, scorer_for_search
 from planner.monte_carlo import MonteCarloScorer
 from planner.scorers import Scorer
 from planner.strategies import NEEDS_SCORER, STRATEGIES, make_config
@@ -118,7 +118,7 @@ def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scor
     and generated tokens exactly, prompt-cache hits shared out in proportion to prompt tokens
     (`planner.scheduler.SearchView`). Results are deterministic but differ from solving the problems one
     by one (a merged call draws from one seed derived from the searches' seeds). A `scorer` passed
-    in is copied per search (`Scorer.for_search`): each copy counts only its own search's scoring
+    in is copied per search (`planner.scheduler.scorer_for_search`): each copy counts only its own search's scoring
     (calls, tokens, FLOPs), a model scorer (`ModelScorer`, the learner's `ValueCritic`) scores all
     searches' prefixes of a round in one batched forward, and a Monte-Carlo scorer over `policy` rolls
     out through the search's view of the engine, so its rollouts join the merged calls and count in
@@ -145,5 +145,5 @@ def solve_batch(problems: Sequence, policy, strategy: str = "mcts", scorer: Scor
 
 
 def _solve_on(view, *, problem, strategy, scorer, budget, seed, options) -> Solution:
-    scorer = scorer.for_search(view) if scorer is not None else None
+    scorer = scorer_for_search(scorer, view) if scorer is not None else None
     return solve(problem, view, strategy, scorer, budget, seed=seed, **options)

@@ -270,8 +270,10 @@ class Learner:
             if rows or distributed.world_size() > 1:  # every rank steps as often as the others
                 yield rows
 
-    def update(self, batch: RolloutBatch, iteration: int, greedy_rewards: torch.Tensor | None = None) -> dict:
-        """K epochs of minibatch updates of policy and critic on one iteration's rows; returns metrics."""
+    def update(self, batch: RolloutBatch, iteration: int, greedy_rewards: torch.Tensor | None = None,
+               done: Callable[[int], object] | None = None) -> dict:
+        """K epochs of minibatch updates of policy and critic on one iteration's rows; returns metrics.
+        done(1) is called after each minibatch (the trainer's progress bar)."""
         c = self.config
         mask = batch.response_mask
         if self.device.type == "cuda":
@@ -339,6 +341,8 @@ class Learner:
                     self.critic.model.eval()
                 for k, v in m.items():
                     sums.setdefault(k, []).append(float(v))
+                if done is not None:
+                    done(1)
         metrics.update({k: float(np.mean(v)) for k, v in sums.items()})
         if ref_logp is not None:
             metrics["kl_to_reference"] = _batch_mean(kl(behaviour, ref_logp, kind="k3"), mask)

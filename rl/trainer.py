@@ -24,13 +24,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from planner.policy import EnginePool, SamplingParams, load_policy
 from planner.policy.local_models import NAMED_MODELS, resolve_model
 from planner.policy.scoped import torch_threads
 from planner.prm_scorers import load_scorer
 from planner.scorers import VerifierOracleScorer
-from planner.scheduler import run_interleaved
+from planner.scheduler import run_interleaved, scorer_for_search
 from planner.strategies import STRATEGIES, MCTSConfig
 from planner.strategies.common import complete
 from planner.tree import ROOT
@@ -68,9 +69,11 @@ def _warn_if_no_reward(metrics: dict, response_tokens: int) -> None:
                 metrics["iteration"], metrics["trajectories"], response_tokens, metrics["response_length"])
 
 
-def _search(view, *, strategy, prompt_ids, scorer, settings, seed):
-    scorer = scorer.for_search(view) if scorer is not None else None  # its own compute record
-    return STRATEGIES[strategy](prompt_ids, view, scorer, None, settings, seed)
+def _search(view, *, strategy, prompt_ids, scorer, settings, seed, done):
+    scorer = scorer_for_search(scorer, view) if scorer is not None else None  # its own compute record
+    result = STRATEGIES[strategy](prompt_ids, view, scorer, None, settings, seed)
+    done(1)
+    return result
 
 
 def _complete_leaves(view, *, tree, params, seed):
@@ -84,6 +87,9 @@ class SearchTrainer:
     reward_fn(text, problem) -> float in [0, 1] grades a response (the task's verifier); extract(text)
     gives a response's answer for the strategies' votes (None: the strategy's default).
     """
+
+    progress = False
+    """Show the phases of each iteration as bars under the iteration's (set by `run(progress=...)`)."""
 
     def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, resume: bool = False,
                  engine=None) -> None:
@@ -202,11 +208,12 @@ class SearchTrainer:
         unfinished (beam, DVTS and MCTS stop at their limits) is completed with one sample of at most
         the strategy's whole-response length.
         """
-        jobs = [functools.partial(_search, strategy=self.config.strategy,
-                                  prompt_ids=self.prompt_ids(problem), scorer=self._scorer(problem),
-                                  settings=self._settings(problem), seed=derived_seed(seed, k))
-                for k, problem in enumerate(problems)]
-        results = run_interleaved(jobs, self.engine)
+        with self._phase_bar("search", len(problems), "tree") as bar:
+            jobs = [functools.partial(_search, strategy=self.config.strategy,
+                                      prompt_ids=self.prompt_ids(problem), scorer=self._scorer(problem),
+                                      settings=self._settings(problem), seed=derived_seed(seed, k), done=bar.update)
+                    for k, problem in enumerate(problems)]
+            results = run_interleaved(jobs, self.engine)
         params = SamplingParams(temperature=self.config.search.temperature, max_tokens=self.config.response_tokens)
         run_interleaved([functools.partial(_complete_leaves, tree=r.tree, params=params, seed=derived_seed(seed, k, 2))
                          for k, r in enumerate(results)], self.engine)
@@ -229,6 +236,12 @@ class SearchTrainer:
         return batch.select(keep) if keep else batch
 
     # ---- the loop ---------------------------------------------------------------------------------
+    def _phase_bar(self, phase: str, total: int, unit: str) -> tqdm:
+        """A bar for one phase of an iteration, erased when the phase ends (leave=False) so that only the
+        iteration's bar stays; disabled unless `progress`."""
+        return tqdm(total=total, desc=f"  {phase}", unit=unit, leave=False,
+                    disable=not self.progress or not distributed.is_main())
+
     def problems_for(self, iteration: int) -> list:
         rng = np.random.default_rng(derived_seed(self.config.seed, iteration, 7))
         index = rng.choice(len(self.problems), size=self.config.prompts_per_iteration,
@@ -277,7 +290,8 @@ class SearchTrainer:
         sleep_seconds = time.perf_counter() - sleep_seconds
         learn_start = time.perf_counter()
         with torch_threads(c.learner_threads):  # the engine is idle now: the update may use its cores
-            metrics = self.learner.update(batch, i, greedy)
+            with self._phase_bar("learn", c.epochs * c.minibatches, "minibatch") as bar:
+                metrics = self.learner.update(batch, i, greedy, done=bar.update)
             if self.loop_verifier is not None:  # learns from this iteration's verified leaves; values the next search
                 metrics.update(self.loop_verifier.observe(trees))
                 metrics.update(self.loop_verifier.train(derived_seed(c.seed, i, 5)))
@@ -314,11 +328,12 @@ class SearchTrainer:
     def run(self, progress: bool = True,
             on_iteration: Callable[[SearchTrainer, dict], None] | None = None) -> list[dict]:
         """Iterate to `config.iterations`; returns each iteration's metrics (rank 0 logs them; every rank
-        returns its own view, the learner's metrics averaged over ranks). `on_iteration(trainer, metrics)`
-        runs after every iteration, e.g. to grade the current policy or value on held-out problems."""
-        from tqdm import tqdm
-
+        returns its own view, the learner's metrics averaged over ranks). progress: a bar of iterations
+        (its postfix the last iteration's `passed` and `reward`: docs/metrics.md), and under it one of the
+        current phase (searched trees, then learner minibatches). `on_iteration(trainer, metrics)` runs
+        after every iteration, e.g. to grade the current policy or value on held-out problems."""
         history = []
+        self.progress = progress
         bar = tqdm(total=self.config.iterations, initial=self.iteration, desc="search-train",
                    disable=not progress or not distributed.is_main())
         while self.iteration < self.config.iterations:

@@ -8,7 +8,8 @@
 Every TrainConfig option below can be given; the search settings are the planner's own
 (--best_of_n.*, --beam.*, --dvts.*, --mcts.*: the one named by --strategy is used). `--resume`
 continues a killed run from its newest valid checkpoint in --output_dir (rl/checkpoint.py). Metrics:
-<output_dir>/metrics.jsonl, metrics.csv and tensorboard/.
+<output_dir>/metrics.jsonl, metrics.csv and tensorboard/; every key, its meaning and unit, and what the
+progress bar shows: docs/metrics.md.
 """
 
 from __future__ import annotations

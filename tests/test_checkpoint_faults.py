@@ -4,8 +4,8 @@
 - a truncated model.safetensors or state.pt, or a deleted state.pt: --resume falls back to the previous
   valid checkpoint, says so in one line, and the run continues exactly as the uninterrupted one;
 - a state.pt with a pickle payload (its manifest rewritten to match) is refused: the payload never runs;
-- a process SIGKILLed inside a save (before or after its rename) resumes from the newest complete one
-  to the same metrics as an uninterrupted run;
+- a process SIGKILLed between iterations, or inside a save (before or after its rename), resumes from
+  the newest complete checkpoint to the same metrics as an uninterrupted run (one run all the tests share);
 - --resume with no checkpoint, none valid, or one of the old pickled format is one clear error: exit 2,
   no traceback, at most 2 lines on stderr.
 """
@@ -18,8 +18,10 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ from rl.config import CriticConfig
 from rl.metrics import MEASURED, read_metrics
 from rl.trainer import SearchTrainer
 
-from test_trainer import PROBLEMS, REPO, config, digit_fraction, rl_model_dir, train_command  # noqa: F401
+from test_trainer import PROBLEMS, REPO, config, digit_fraction, train_command  # noqa: F401
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -218,3 +220,20 @@ def test_sigkill_inside_a_save_resumes_from_the_newest_complete_checkpoint_exact
     assert line in resumed.stderr.splitlines(), resumed.stderr[-2000:]
     assert strip(read_metrics(out)) == strip(uninterrupted)
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["iteration-000003", "iteration-000004"]
+
+
+def test_kill_minus_nine_between_iterations_then_resume_matches_an_uninterrupted_run(rl_model_dir, tmp_path,
+                                                                                     uninterrupted):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(train_command(rl_model_dir, out, 4), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while len(read_metrics(out)) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 2 <= len(read_metrics(out)) < 4, "the run must be killed part-way"
+    subprocess.run(train_command(rl_model_dir, out, 4, "--resume"), check=True, env=ENV, capture_output=True,
+                   timeout=600)
+    assert strip(read_metrics(out)) == strip(uninterrupted)
+    assert uninterrupted[-1]["iteration"] == 3

@@ -24,6 +24,7 @@ from rl.mismatch import mismatch_metrics, tis_weights
 from rl.runtime import cpu_supports_bfloat16
 from rl.trainer import SearchTrainer
 
+from test_metrics_doc import assert_documented  # noqa: E402
 from test_trainer import PROBLEMS, digit_fraction  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
@@ -156,6 +157,7 @@ def test_bfloat16_engine_float32_learner_logs_the_mismatch_and_tis_weighs_it(mod
     assert 0 < metrics["engine_learner_k3"] < 0.1
     assert 0 <= metrics["tis_capped_fraction"] < 0.5
     assert metrics["policy_skipped"] == 0.0
+    assert_documented([metrics])
 
 
 def test_hot_samples_are_weighted_by_pi_over_mu_and_the_first_ratio_is_one(model_dir, tmp_path, monkeypatch):

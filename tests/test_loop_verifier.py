@@ -12,6 +12,7 @@ from rl.config import CriticConfig, LoopVerifierConfig
 from rl.loop_verifier import LoopVerifier, wrong_steps
 from rl.trainer import SearchTrainer
 
+from test_metrics_doc import assert_documented  # noqa: E402
 from test_trainer import PROBLEMS, config  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
@@ -108,6 +109,7 @@ def test_the_loop_verifier_values_every_search_and_learns_from_the_trees(model_d
     history = trainer.run(progress=False)
     assert all(m["loop_value_correct"] > 0 for m in history), history
     assert all(m["loop_value_loss"] > 0 for m in history)
+    assert_documented(history)
     moved = [k for k, v in trainer.loop_verifier.model.named_parameters() if not torch.equal(v, start[k])]
     assert moved  # it trained
     assert (tmp_path / "checkpoint" / "loop_value" / "scorer.json").is_file()  # inside each checkpoint

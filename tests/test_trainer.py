@@ -1,14 +1,11 @@
-"""The closed search-train loop on a tiny model: learning, the critic, NaN safety, configs, resume."""
+"""The closed search-train loop on a tiny model: learning, the critic, NaN safety, configs (a killed run's
+resume: tests/test_checkpoint_faults.py)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,11 +15,11 @@ import torch
 from planner.strategies import BestOfNConfig, MCTSConfig
 from rl.config import CriticConfig, TrainConfig
 from rl.losses import PolicyLossConfig
-from rl.metrics import MEASURED, read_metrics
+from rl.metrics import read_metrics
 from rl.trainer import SearchTrainer
+from test_metrics_doc import assert_documented  # tests/ is on sys.path under pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TIMING = MEASURED  # measurements, not results
 
 
 @dataclass
@@ -37,12 +34,6 @@ PROBLEMS = [Prompt(f"write digits {i}") for i in range(8)]
 def digit_fraction(text: str, problem) -> float:
     """A dense toy reward the random tiny model can learn in a few updates."""
     return sum(ch.isdigit() for ch in text) / max(1, len(text))
-
-
-@pytest.fixture(scope="module")
-def rl_model_dir(tmp_path_factory):
-    from planner.policy.local_models import build_tiny_llama
-    return build_tiny_llama(tmp_path_factory.mktemp("rl-tiny"), init_std=0.1, seed=1)
 
 
 SEARCH = dict(best_of_n=BestOfNConfig(n=6, max_tokens=12, temperature=1.0),
@@ -70,6 +61,7 @@ def test_grpo_raises_reward_and_changes_every_parameter(rl_model_dir, tmp_path):
     assert all(torch.equal(served[k], v) for k, v in trainer.learner.policy.state_dict().items())
     rows = read_metrics(tmp_path)
     assert [r["iteration"] for r in rows] == list(range(6))
+    assert_documented(rows)
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 7
     assert (tmp_path / "checkpoint" / "policy" / "config.json").is_file()
 
@@ -81,6 +73,7 @@ def test_mcts_trees_train_the_critic_and_its_error_on_new_nodes_falls(rl_model_d
     errors = [m["critic_heldout_mse"] for m in history]  # measured on each iteration's new trees, before training
     assert sum(errors[1:]) / 4 < 0.6 * errors[0], errors
     assert all(m["tree_nodes"] > 1 + 4 for m in history)  # real trees, not single samples
+    assert_documented(history)
     # the trained critic guided the searches after the first iteration
     assert trainer._scorer(PROBLEMS[0]) is trainer.learner.critic
 
@@ -134,6 +127,7 @@ def test_ppo_with_gae_runs_and_fits_the_value(rl_model_dir, tmp_path):
     history = trainer.run(progress=False)
     assert all(torch.isfinite(torch.tensor(m["value_loss"])) for m in history)
     assert history[-1]["value_loss"] < history[0]["value_loss"]
+    assert_documented(history)
 
 
 def first_update_gradient(trainer) -> torch.Tensor:
@@ -222,6 +216,19 @@ def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
         SearchTrainer(config(rl_model_dir, tmp_path / "none", trainable="nothing"), PROBLEMS, digit_fraction)
 
 
+def test_progress_shows_each_phase_of_an_iteration_only_when_asked(rl_model_dir, tmp_path, capsys):
+    c = config(rl_model_dir, tmp_path, iterations=2, critic=CriticConfig(enabled=False))
+    trainer = SearchTrainer(c, PROBLEMS, digit_fraction)
+    capsys.readouterr()
+    trainer.step()  # outside run(progress=True): no bar at all
+    assert "search" not in capsys.readouterr().err
+    trainer.run(progress=True)  # the second iteration
+    shown = capsys.readouterr().err
+    assert "search-train" in shown  # the iterations' bar, and under it the phases (trees, then minibatches)
+    assert f"search:   0%|          | 0/{c.prompts_per_iteration} " in shown
+    assert f"learn:   0%|          | 0/{c.epochs * c.minibatches} " in shown
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"estimator": "ppo2"}, r"estimator must be one of \[.*'grpo'.*\]; got 'ppo2'"),
     ({"minibatches": 3}, r"not divisible into minibatches=3"),
@@ -263,27 +270,6 @@ def train_command(model_dir, out, iterations, *extra):
             "--prompts_per_iteration", "2", "--strategy", "mcts", "--mcts.num_simulations", "4",
             "--mcts.max_step_tokens", "6", "--mcts.max_steps", "2", "--mcts.step_delimiter", " ", "--estimator", "tree",
             "--lr", "3e-3", "--deterministic", "true", "--seed", "3", "--checkpoint_every", "1", "--quiet", *extra]
-
-
-def test_kill_minus_nine_then_resume_matches_an_uninterrupted_run(rl_model_dir, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    full = tmp_path / "full"
-    subprocess.run(train_command(rl_model_dir, full, 4), check=True, env=env, capture_output=True, timeout=600)
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen(train_command(rl_model_dir, killed, 4), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while len(read_metrics(killed)) < 2 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done_before_kill = len(read_metrics(killed))
-    assert 2 <= done_before_kill < 4, "the run must be killed part-way"
-    subprocess.run(train_command(rl_model_dir, killed, 4, "--resume"), check=True, env=env, capture_output=True,
-                   timeout=600)
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING} for r in rows]  # noqa: E731
-    assert strip(read_metrics(killed)) == strip(read_metrics(full))
-    assert json.loads((full / "metrics.jsonl").read_text().splitlines()[-1])["iteration"] == 3
 
 
 @pytest.mark.vllm

@@ -88,8 +88,28 @@ class Sample:
                 "finish_reason": self.finish_reason}
 
 
+class Counters:
+    """A dataclass of numeric fields that adds and subtracts field by field, like numbers: the compute
+    counters here and in `planner/budget.py` (`Spend`, `ComputeRecord`)."""
+
+    def _values(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __add__(self, other):
+        return type(self)(**{name: value + getattr(other, name) for name, value in self._values().items()})
+
+    def __sub__(self, other):
+        return type(self)(**{name: value - getattr(other, name) for name, value in self._values().items()})
+
+    def copy(self):
+        return type(self)(**self._values())
+
+    def to_dict(self) -> dict:
+        return self._values()
+
+
 @dataclass
-class ComputeStats:
+class ComputeStats(Counters):
     """Running counters of what a policy (or a scorer) has spent. Add and subtract like numbers."""
 
     prompt_tokens: int = 0
@@ -100,18 +120,6 @@ class ComputeStats:
     calls: int = 0
     seconds: float = 0.0
 
-    def __add__(self, other: "ComputeStats") -> "ComputeStats":
-        return ComputeStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
-
-    def __sub__(self, other: "ComputeStats") -> "ComputeStats":
-        return ComputeStats(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
-
-    def copy(self) -> "ComputeStats":
-        return ComputeStats(**{f.name: getattr(self, f.name) for f in fields(self)})
-
     @property
     def cache_hit_fraction(self) -> float:
         return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}

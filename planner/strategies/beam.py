@@ -16,7 +16,7 @@ when none survive, the search restarts from the best visited node (at most `max_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from planner.strategies.common import SearchResult, backup, check_choice, check_int, choose_answer, evaluate
 from planner.strategies.common import expand, finish_search, start_search
@@ -26,26 +26,31 @@ from planner.tree import ROOT
 
 __all__ = ["BeamConfig", "beam_search"]
 
+Final = Literal["best", "weighted", "majority"]
+"""How a beam search (or DVTS) picks among its finished responses."""
+
 
 @dataclass
 class BeamConfig(StepConfig):
     """Beam search over steps (Snell et al. 2024)."""
 
     num_beams: int = 8
-    """N: samples per round and responses to finish."""
+    """N: samples per round (beam search: also the responses to finish; DVTS: over all its subtrees)."""
     beam_width: int = 4
-    """M: samples per kept beam; N // M beams are kept each round. N must be a multiple of M."""
-    final: Literal["best", "weighted", "majority"] = "best"
+    """M: samples per kept beam; N // M beams are kept each round (DVTS: M candidates in each of its N // M
+    subtrees). N must be a multiple of M."""
+    final: Final = "best"
     """How to pick among finished responses (by aggregated score; see `planner/answers.py`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("BeamConfig", "num_beams", self.num_beams)
-        check_int("BeamConfig", "beam_width", self.beam_width)
+        owner = type(self).__name__
+        check_int(owner, "num_beams", self.num_beams)
+        check_int(owner, "beam_width", self.beam_width)
         if self.num_beams % self.beam_width:
-            raise ValueError(f"BeamConfig.num_beams must be a multiple of beam_width={self.beam_width}; "
+            raise ValueError(f"{owner}.num_beams must be a multiple of beam_width={self.beam_width}; "
                              f"got {self.num_beams}")
-        check_choice("BeamConfig", "final", self.final, {"best", "weighted", "majority"})
+        check_choice(owner, "final", self.final, set(get_args(Final)))
 
 
 def beam_search(prompt_ids, policy, scorer, budget, config: BeamConfig, seed: int) -> SearchResult:

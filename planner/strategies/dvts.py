@@ -21,36 +21,23 @@ every subtree's final node is pruned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from planner.strategies.common import SearchResult, backup, check_choice, check_int, choose_answer, evaluate
-from planner.strategies.common import expand, finish_search, start_search
+from planner.strategies.beam import BeamConfig, Final
+from planner.strategies.common import SearchResult, backup, choose_answer, evaluate, expand, finish_search
+from planner.strategies.common import start_search
 from planner.strategies.fitting import fit_round
-from planner.strategies.stepwise import StepConfig, best_visited_node, path_value
+from planner.strategies.stepwise import best_visited_node, path_value
 from planner.tree import ROOT
 
 __all__ = ["DVTSConfig", "dvts"]
 
 
 @dataclass
-class DVTSConfig(StepConfig):
-    """Diverse verifier tree search (search-and-learn)."""
+class DVTSConfig(BeamConfig):
+    """Diverse verifier tree search (search-and-learn): beam search's settings, over independent subtrees."""
 
-    num_beams: int = 8
-    """N: samples per round over all subtrees."""
-    beam_width: int = 4
-    """M: candidates per subtree per round; there are N // M subtrees. N must be a multiple of M."""
-    final: Literal["weighted", "best", "majority"] = "weighted"
+    final: Final = "weighted"
     """How to pick among the subtrees' responses (search-and-learn reports weighted best-of-N)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_int("DVTSConfig", "num_beams", self.num_beams)
-        check_int("DVTSConfig", "beam_width", self.beam_width)
-        if self.num_beams % self.beam_width:
-            raise ValueError(f"DVTSConfig.num_beams must be a multiple of beam_width={self.beam_width}; "
-                             f"got {self.num_beams}")
-        check_choice("DVTSConfig", "final", self.final, {"weighted", "best", "majority"})
 
 
 def dvts(prompt_ids, policy, scorer, budget, config: DVTSConfig, seed: int) -> SearchResult:
