@@ -204,7 +204,8 @@ def _run_demo(config: DemoConfig) -> dict:
     from planner.policy import load_policy
     from planner.prm_scorers import load_scorer
     from planner.strategies import MCTSConfig
-    from rl.config import CriticConfig, TrainConfig
+    from rl.config import (AlgorithmConfig, CriticConfig, EngineConfig, LearnerConfig, LoopConfig, TrainConfig,
+                           TreeSearchConfig, ValueConfig)
     from lab.cold_start import COLD_START_SFT, cold_start, pass_rates
     from rl.trainer import SearchTrainer
     from lab.verifier_lm import train_verifier_lm
@@ -253,13 +254,18 @@ def _run_demo(config: DemoConfig) -> dict:
                         step_delimiter=STEP_DELIMITER, max_step_tokens=16, max_steps=8,
                         temperature=config.rl_temperature)
     train_config = TrainConfig(
-        model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
-        prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
-        lr=config.rl_lr, minibatches=config.rl_minibatches, seed=config.seed,
-        critic=CriticConfig(enabled=True, lr=1e-3, model=str(verifier.model_dir) if config.rl_critic == "verifier" else ""),
-        learner_threads=config.learner_threads,
-        scorer=str(verifier.model_dir), tis_cap=config.rl_tis_cap if config.rl_temperature != 1.0 else None,
-        dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
+        model=str(sft.model_dir),
+        loop=LoopConfig(output_dir=str(out / "rl"), iterations=config.rl_iterations,
+                        prompts_per_iteration=config.rl_prompts, seed=config.seed),
+        engine=EngineConfig(backend=backend),
+        search=TreeSearchConfig(strategy="mcts", mcts=search, scorer=str(verifier.model_dir)),
+        algorithm=AlgorithmConfig(estimator=config.rl_estimator,
+                                  tis_cap=config.rl_tis_cap if config.rl_temperature != 1.0 else None,
+                                  old_logprobs="engine" if config.dtype == "float32" else "learner"),
+        learner=LearnerConfig(lr=config.rl_lr, minibatches=config.rl_minibatches, threads=config.learner_threads,
+                              dtype=config.dtype, device="cpu"),
+        value=ValueConfig(critic=CriticConfig(enabled=True, lr=1e-3,
+                                              model=str(verifier.model_dir) if config.rl_critic == "verifier" else "")))
     trainer = SearchTrainer(train_config, train_problems, task.reward, extract=task.verifier.extract, engine=policy)
     history = trainer.run(progress=config.progress)
     t = lap("rl", t)
