@@ -87,10 +87,10 @@ class ScalingConfig:
     """vLLM only: longest prompt + response (None: the model's own limit)."""
     task: str = "gsm8k"
     """Task name for verifiers.load_task (gsm8k, math500, countdown, game24, humaneval, custom: docs/data.md)."""
-    path: str | None = None
+    task_path: str | None = None
     """The task's data file or Hugging Face id (None: the copy in ../shared/data)."""
     split: str = "test"
-    """The task's split."""
+    """The task's split ("test": an evaluation, as in every evaluation script; the training scripts read "train")."""
     task_options: dict[str, str] = field(default_factory=dict)
     """The task's own load_task options (the custom task's question_field, answer_field, answer_kind,
     instruction: docs/data.md)."""
@@ -109,7 +109,8 @@ class ScalingConfig:
     """Most tokens per response: best_of_n's max_tokens, budget_forcing's max_answer_tokens and the "mc"
     scorer's rollouts (beam, dvts, mcts: set max_step_tokens and max_steps in `options`)."""
     temperature: float = 0.8
-    """Sampling temperature of every strategy."""
+    """Sampling temperature of every strategy: 0.8 as the planner's strategies sample by default for test-time
+    search (scripts/solve.py too); training samples at 1.0, the policy itself (scripts/train.py)."""
     final: Literal["majority", "weighted", "best"] = "majority"
     """best_of_n and budget_forcing pick rule ("weighted" and "best" need a scorer)."""
     votes: list[str] = field(default_factory=list)
@@ -380,7 +381,7 @@ def load_inputs(config: ScalingConfig):
     """(model folder, task, problem slice), checked before any model is loaded; raises ValueError or
     FileNotFoundError with one clear message."""
 
-    task = load_task(config.task, config.path, config.split, **config.task_options)  # the data before the model
+    task = load_task(config.task, config.task_path, config.split, **config.task_options)  # the data before the model
     _check_scorer(config.scorer)
     model = resolve_model(config.model)
     wanted = config.offset + (config.limit or 0)

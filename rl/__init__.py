@@ -10,7 +10,8 @@ del _runpy, _Path
 
 from rl.advantages import broadcast_to_tokens, gae, nonzero_variance_groups
 from rl.batch import RolloutBatch, Row, batch_from_trees, monte_carlo_values, reward_leaves
-from rl.config import TREE_STRATEGIES, CriticConfig, LoopVerifierConfig, TrainConfig
+from rl.config import (TREE_STRATEGIES, AlgorithmConfig, CriticConfig, EngineConfig, LearnerConfig, LoopConfig,
+                       LoopVerifierConfig, TrainConfig, TreeSearchConfig, ValueConfig)
 from rl.critic import ValueCritic
 from rl.loop_verifier import LoopVerifier
 from rl.dpo import DPOConfig, OnlineDPO, train_dpo_offline
@@ -27,7 +28,8 @@ from rl.trainer import SearchTrainer
 from rl.tree_store import StoredTree, TreeStore
 
 __all__ = [
-    "SearchTrainer", "TrainConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic", "LoopVerifierConfig",
+    "SearchTrainer", "TrainConfig", "EngineConfig", "TreeSearchConfig", "AlgorithmConfig", "LearnerConfig",
+    "ValueConfig", "LoopConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic", "LoopVerifierConfig",
     "LoopVerifier",
     "RolloutBatch", "Row", "batch_from_trees", "reward_leaves", "monte_carlo_values",
     "ADVANTAGE_ESTIMATORS", "AdvantageInputs", "Advantages", "estimate",

@@ -4,7 +4,7 @@ Layout under a run's output_dir:
 
     checkpoints/iteration-000012/   policy/ (a save_pretrained folder, servable by vLLM), critic/,
                                     state.pt (optimizers, KL coefficient, loop state), manifest.json
-    checkpoints/iteration-000010/   the one before (TrainConfig.checkpoints_kept = 2)
+    checkpoints/iteration-000010/   the one before (TrainConfig.loop.checkpoints_kept = 2)
     checkpoint -> checkpoints/iteration-000012   (a link to the newest, for serving its policy)
 
 A save writes a hidden temporary folder, fsyncs every file, writes `manifest.json` (iteration, every
@@ -81,7 +81,7 @@ def require(output_dir: str | Path) -> None:
     if legacy.is_dir() and not legacy.is_symlink() and (legacy / STATE).is_file():
         raise CheckpointError(_legacy_message(legacy))
     raise CheckpointError(f"nothing to resume: no checkpoint in {Path(output_dir) / 'checkpoints'}; pass the "
-                          "--output_dir of the run to continue, or drop --resume to start a new run")
+                          "--loop.output_dir of the run to continue, or drop --resume to start a new run")
 
 
 def save(output_dir: str | Path, learner, tokenizer, iteration: int, keep: int = 2,
@@ -200,7 +200,7 @@ def _newest_valid(output_dir: Path, expected: dict, expected_critic: dict | None
         return folder, read, skipped
     reasons = "; ".join(f"{p.name} ({why})" for p, why in skipped)
     raise CheckpointError(f"no valid checkpoint to resume in {output_dir / 'checkpoints'}: {reasons}; "
-                          "start a new --output_dir, or drop --resume to start this one over")
+                          "start a new --loop.output_dir, or drop --resume to start this one over")
 
 
 def _verify(folder: Path) -> None:
@@ -272,7 +272,7 @@ def _iteration(folder: Path) -> int:
 
 def _legacy_message(folder: Path) -> str:
     return (f"{folder} is a checkpoint of the old format ({STATE} without {MANIFEST}, read with pickle), which "
-            "this version does not load: resume it with the version that wrote it, or start a new --output_dir")
+            "this version does not load: resume it with the version that wrote it, or start a new --loop.output_dir")
 
 
 # ---- writing durably ------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 The docstring written below a dataclass field (as in `TrainConfig`) is the option's help text, so
 an option is documented once, in the code, and `--help` can never drift from it. Nested config
-dataclasses become dotted options: `--loss.epsilon_high 0.28`, `--critic.lr 1e-3`.
+dataclasses become dotted options: `--learner.lr 1e-5`, `--algorithm.loss.epsilon_high 0.28`.
+`ArgumentParser(short_options=...)` makes `--help` show the few options a user sets first, grouped by
+config part, and `--help-all` every option.
 
 Every script parses with `ArgumentParser`: bad input ends the program with one line that names the
 option, the problem and the fix, then "(see --help)", not the whole usage. The argparse types below
@@ -28,14 +30,63 @@ __all__ = ["ArgumentParser", "PATH_FIELDS", "add_dataclass_arguments", "at_least
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line, `prog: error: MESSAGE (see --help)`, with exit status 2:
-    the message is what matters; the usage of a script with a hundred options buries it."""
+    the message is what matters; the usage of a script with a hundred options buries it.
 
-    def __init__(self, *args, **kwargs) -> None:
+    `short_options`: the destinations (`task`, `learner.lr`, ...) of the options a user sets first. Then
+    `--help` shows only those, grouped by config part (the part is the name before the first dot), and
+    `--help-all` shows every option."""
+
+    def __init__(self, *args, short_options: collections.abc.Sequence[str] | None = None, **kwargs) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+        self.short_options = tuple(short_options) if short_options is not None else None
+        self.part_docs: dict[str, str] = {}  # part name -> one line on it (add_dataclass_arguments fills it)
+        self._show_all = self.short_options is None
+        if self.short_options is not None:
+            self.add_argument("--help-all", action=_HelpAll, help="show every option and exit")
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())} (see --help)\n")
+
+    def format_help(self) -> str:
+        if self._show_all:
+            return super().format_help()
+        actions = {a.dest: a for a in self._actions}
+        unknown = [name for name in self.short_options if name not in actions]
+        if unknown:
+            raise ValueError(f"short_options names no option: {unknown}")
+        helps = [a for a in self._actions if isinstance(a, (argparse._HelpAction, _HelpAll))]
+        sections: dict[str, list] = {"": helps}
+        for name in self.short_options:
+            part = name.split(".")[0] if "." in name else next(
+                (g.title for g in self._action_groups if actions[name] in g._group_actions), "")
+            sections.setdefault(part, []).append(actions[name])
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, [a for section in sections.values() for a in section if a.option_strings]
+                            + [a for a in self._actions if a.required and a.dest not in self.short_options], [])
+        formatter.add_text(self.description)
+        for part, section in sections.items():
+            formatter.start_section(f"{part} ({self.part_docs[part].rstrip('.')})" if part in self.part_docs
+                                    else part or "help")
+            formatter.add_arguments(section)
+            formatter.end_section()
+        hidden = len([a for a in self._actions if a.dest not in self.short_options and a not in helps])
+        parts = f" (config parts: {', '.join(self.part_docs)})" if self.part_docs else ""
+        notes = ", and the notes on them" if self.epilog else ""
+        formatter.add_text(f"These are the options set most often; --help-all lists all {hidden} others{parts}{notes}.")
+        return formatter.format_help()
+
+
+class _HelpAll(argparse.Action):
+    """`--help-all`: the whole help (every option), then exit."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._show_all = True
+        parser.print_help()
+        parser.exit()
 
 
 def _argument_type(check, label: str):
@@ -131,6 +182,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, prefix: str = 
     whose values are the shown defaults (None: the declared ones)."""
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
+    if prefix.count(".") == 1 and hasattr(parser, "part_docs") and cls.__doc__:  # a part: its one-line summary
+        parser.part_docs[prefix.rstrip(".")] = " ".join(cls.__doc__.strip().split("\n\n")[0].split())
     group = parser.add_argument_group(f"{cls.__name__} ({prefix.rstrip('.') or 'top level'})",
                                       (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else None)
     for f in dataclasses.fields(cls):
@@ -147,7 +200,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, prefix: str = 
         if f.name in PATH_FIELDS:
             kind = _optional(PATH_FIELDS[f.name]) if type(None) in typing.get_args(annotation) else PATH_FIELDS[f.name]
         group.add_argument(f"--{prefix}{f.name}", dest=f"{prefix}{f.name}", type=kind, choices=choices,
-                           nargs=nargs, default=argparse.SUPPRESS,
+                           nargs=nargs, default=argparse.SUPPRESS, metavar=None if choices else f.name.upper(),
                            help=f"{docs.get(f.name, '')} (default: {default!r})")
 
 

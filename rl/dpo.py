@@ -166,7 +166,7 @@ class OnlineDPO(RoundTrainer):
     def __init__(self, config, dpo: DPOConfig, problems: Sequence, reward_fn, extract=None, engine=None) -> None:
         super().__init__(config, problems, reward_fn, extract, engine)
         self.dpo = DPOLearner(self.policy, dpo, self.pad_id, _reference_model(dpo, config.model, self.learner.device),
-                              dtype=config.dtype, logprob_chunk=config.logprob_chunk)
+                              dtype=config.learner.dtype, logprob_chunk=config.learner.logprob_chunk)
 
     def learn(self, trees: list[SearchTree], problems: list, iteration: int) -> dict:
         pairs = [pair for group, tree in enumerate(trees) for pair in tree_pairs(tree, group, self.dpo.config.pairs)]

@@ -1,7 +1,7 @@
 """The learner: the models a trainer updates, where they live, and one update from a batch of rows.
 
 `Learner` holds the policy and its optimizer, the frozen reference, and the value critic with its
-optimizer, on `config.device` in `config.dtype`:
+optimizer, on `config.learner.device` in `config.learner.dtype`:
 
 - "float32": weights, activations, gradients and AdamW state in float32;
 - "bfloat16": mixed precision with float32 master weights: the weights and AdamW state stay float32
@@ -75,70 +75,73 @@ class Learner:
         from transformers import AutoModelForCausalLM
 
         self.config = config
-        self.device = resolve_device(config.device)
-        self.reference_device = resolve_device(config.reference_device) if config.reference_device else self.device
-        self.estimator = ADVANTAGE_ESTIMATORS[config.estimator]
+        learner, algorithm = config.learner, config.algorithm
+        self.device = resolve_device(learner.device)
+        self.reference_device = resolve_device(learner.reference_device) if learner.reference_device else self.device
+        self.estimator = ADVANTAGE_ESTIMATORS[algorithm.estimator]
         self.policy = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32).to(self.device)
         self._prepare(self.policy)
         self._freeze_untrainable(self.policy)  # before DDP/FSDP see the parameters
         # Data parallel over torchrun's ranks (rl/distributed.py): the forward modules are what DDP/FSDP wrap.
-        self.policy_forward = distributed.wrap(PolicyForward(self.policy, config.logprob_chunk), config.data_parallel,
+        self.policy_forward = distributed.wrap(PolicyForward(self.policy, learner.logprob_chunk), learner.data_parallel,
                                                layers=_layers(self.policy))
-        self.optimizer = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=config.lr)
+        self.optimizer = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=learner.lr)
         self.reference = self.reference_forward = None
-        if config.uses_reference:
+        if algorithm.uses_reference:
             self.reference = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32)
             self.reference.to(self.reference_device).eval().requires_grad_(False)
-            self.reference_forward = PolicyForward(self.reference, config.logprob_chunk)
+            self.reference_forward = PolicyForward(self.reference, learner.logprob_chunk)
         self.critic = self.critic_optimizer = self.critic_forward = None
         if config.trains_critic:
-            if config.critic.model:
-                check_same_vocabulary(config.model, config.critic.model)
-            self.critic = ValueCritic.from_policy(config.critic.model or config.model, device=str(self.device))
+            critic = config.value.critic
+            if critic.model:
+                check_same_vocabulary(config.model, critic.model)
+            self.critic = ValueCritic.from_policy(critic.model or config.model, device=str(self.device))
             self._prepare(self.critic.model)
             self.critic.model.eval()
-            self.critic_forward = distributed.wrap(ValueForward(self.critic), config.data_parallel,
+            self.critic_forward = distributed.wrap(ValueForward(self.critic), learner.data_parallel,
                                                    layers=_layers(self.critic.model))
-            self.critic_optimizer = torch.optim.AdamW(self.critic.model.parameters(), lr=config.critic.lr)
+            self.critic_optimizer = torch.optim.AdamW(self.critic.model.parameters(), lr=critic.lr)
         self.pad_id = self.policy.config.pad_token_id if self.policy.config.pad_token_id is not None else 0
-        unsupported = packing_support(self.policy) if config.packing else "packing is off"
+        unsupported = packing_support(self.policy) if learner.packing else "packing is off"
         if unsupported is None and self.critic is not None:  # a trunk of another kind (CriticConfig.model)
             unsupported = packing_support(self.critic.model)
         self.packed = unsupported is None
-        if config.packing and unsupported:
+        if learner.packing and unsupported:
             log.warning("tree packing is not supported for this model (%s): the learner runs row by row", unsupported)
-        beta = config.loss.kl_coef if config.kl_placement == "loss" else config.kl_reward_coef
-        self.kl_controller = (AdaptiveKLController(beta, config.kl_target, horizon=10_000)
-                              if config.kl_target is not None else FixedKLController(beta))
+        beta = algorithm.loss.kl_coef if algorithm.kl_placement == "loss" else algorithm.kl_reward_coef
+        self.kl_controller = (AdaptiveKLController(beta, algorithm.kl_target, horizon=10_000)
+                              if algorithm.kl_target is not None else FixedKLController(beta))
 
     def _freeze_untrainable(self, model) -> None:
-        """Freeze the parameters `config.trainable` does not select (none when it is None)."""
-        if self.config.trainable is None:
+        """Freeze the parameters `config.learner.trainable` does not select (none when it is None)."""
+        trainable = self.config.learner.trainable
+        if trainable is None:
             return
-        pattern = re.compile(self.config.trainable)
+        pattern = re.compile(trainable)
         for name, param in model.named_parameters():
             param.requires_grad_(bool(pattern.search(name)))
         if not any(param.requires_grad for param in model.parameters()):
             names = [name for name, _ in model.named_parameters()]
-            raise ValueError(f"TrainConfig.trainable={self.config.trainable!r} matches none of the policy's "
+            raise ValueError(f"TrainConfig.learner.trainable={trainable!r} matches none of the policy's "
                              f"parameters (e.g. {names[:2] + names[-2:]}); fix the expression or use None")
 
     def _prepare(self, model) -> None:
         model.train()
-        if self.config.gradient_checkpointing:
+        if self.config.learner.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
 
     def autocast(self, device: torch.device | None = None):
         """The forward passes' precision context (bfloat16 autocast, or nothing for float32)."""
-        return autocast(device or self.device, self.config.dtype)
+        return autocast(device or self.device, self.config.learner.dtype)
 
     def weights(self, model=None) -> dict[str, torch.Tensor]:
         """The full weights of the policy (or `model`), to push into the engine or save. Sharded by FSDP
         over several ranks they are gathered (a collective: every rank calls it) onto rank 0's CPU;
         the other ranks get an empty dict."""
         model = self.policy if model is None else model
-        if distributed.world_size() > 1 and self.config.data_parallel == "fsdp":
+        if distributed.world_size() > 1 and self.config.learner.data_parallel == "fsdp":
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
             return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -149,7 +152,7 @@ class Learner:
         def whole(model, optimizer):
             if optimizer is None:
                 return None
-            if distributed.world_size() > 1 and self.config.data_parallel == "fsdp":
+            if distributed.world_size() > 1 and self.config.learner.data_parallel == "fsdp":
                 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
                 return get_optimizer_state_dict(model, optimizer,
@@ -165,7 +168,7 @@ class Learner:
         if self.critic is not None:
             pairs.append((self.critic.model, self.critic_optimizer, critic, critic_optimizer))
         for model, optimizer, weights, state in pairs:
-            if distributed.world_size() > 1 and self.config.data_parallel == "fsdp":
+            if distributed.world_size() > 1 and self.config.learner.data_parallel == "fsdp":
                 from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                                      set_optimizer_state_dict)
 
@@ -181,7 +184,7 @@ class Learner:
         """`rows` in order, cut into micro-batches of at most `micro_batch_tokens` padded tokens; all in
         one when no budget is set. Row-wise a micro-batch costs rows x its longest row; packed it holds
         whole trees and costs trees x its largest packed tree."""
-        budget = self.config.micro_batch_tokens
+        budget = self.config.learner.micro_batch_tokens
         if budget is None:
             return [list(rows)]
         if self.packed:
@@ -242,11 +245,11 @@ class Learner:
         """(B, L) behaviour log-probabilities for the importance ratio, computed once before the updates:
         the engine's, or the learner's own. None means on-policy: with one epoch of one minibatch the
         update's own forward is the behaviour policy, so the ratio is 1 by definition (as TRL does)."""
-        c = self.config
-        if c.old_logprobs == "engine":
+        algorithm, learner = self.config.algorithm, self.config.learner
+        if algorithm.old_logprobs == "engine":
             return batch.old_logprobs
-        kl_in_reward = c.kl_placement == "reward" and self.reference is not None
-        if c.epochs == 1 and c.minibatches == 1 and not kl_in_reward:
+        kl_in_reward = algorithm.kl_placement == "reward" and self.reference is not None
+        if learner.epochs == 1 and learner.minibatches == 1 and not kl_in_reward:
             return None
         return self.per_token(self.policy_forward, batch, self.device)
 
@@ -263,8 +266,8 @@ class Learner:
     def minibatches(self, batch: RolloutBatch, iteration: int, epoch: int) -> Iterator[list[int]]:
         """Row indices of each minibatch: whole groups (trees), shuffled per (iteration, epoch)."""
         groups = batch.group.unique().tolist()
-        order = np.random.default_rng(derived_seed(self.config.seed, iteration, epoch)).permutation(len(groups))
-        for chunk in np.array_split(order, self.config.minibatches):
+        order = np.random.default_rng(derived_seed(self.config.loop.seed, iteration, epoch)).permutation(len(groups))
+        for chunk in np.array_split(order, self.config.learner.minibatches):
             chosen = {groups[j] for j in chunk}
             rows = [i for i, g in enumerate(batch.group.tolist()) if g in chosen]
             if rows or distributed.world_size() > 1:  # every rank steps as often as the others
@@ -274,7 +277,7 @@ class Learner:
                done: Callable[[int], object] | None = None) -> dict:
         """K epochs of minibatch updates of policy and critic on one iteration's rows; returns metrics.
         done(1) is called after each minibatch (the trainer's progress bar)."""
-        c = self.config
+        c = self.config.algorithm
         mask = batch.response_mask
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -322,10 +325,10 @@ class Learner:
             values, _, width = self.forward(self.critic_forward, batch, rows, self.device)
             pick = lambda x: x[rows, :width].to(self.device)  # noqa: E731
             loss, m = value_loss(values.float(), pick(old_values), pick(targets), pick(target_mask),
-                                 clip_range=c.critic.clip_range, num_tokens=totals["num_tokens"])
+                                 clip_range=self.config.value.critic.clip_range, num_tokens=totals["num_tokens"])
             return loss, m, float(pick(target_mask).sum())
 
-        for epoch in range(c.epochs):
+        for epoch in range(self.config.learner.epochs):
             for rows in self.minibatches(batch, iteration, epoch):
                 micro = self.micro_batches(batch, rows) if rows else []
                 # normalised by the whole minibatch's counts over every rank (rl/distributed.py)
@@ -357,11 +360,11 @@ class Learner:
         against 1e-3 and raised in debug mode), and the mismatch metrics (rl/mismatch.py). Measured
         once per iteration, on the first micro-batch, before any update."""
         gap = float(((learner_logp - engine_logp).abs() * mask).max())
-        if self.config.debug and gap > SYNC_TOLERANCE:
+        if self.config.loop.debug and gap > SYNC_TOLERANCE:
             raise RuntimeError(f"engine and learner disagree on sampled-token log-probabilities by {gap:.2e} "
                                f"(> {SYNC_TOLERANCE}): weights are out of sync")
         return {"engine_learner_logprob_gap": gap, **mismatch_metrics(learner_logp, engine_logp, mask,
-                                                                      self.config.tis_cap)}
+                                                                      self.config.algorithm.tis_cap)}
 
     def _step(self, module, optimizer, micro_batches: list[list[int]], loss_of: Callable, what: str,
               iteration: int) -> dict:
@@ -395,7 +398,7 @@ class Learner:
         if _max_over_ranks(0 if finite else 1):  # every rank takes part, so every rank skips together
             optimizer.zero_grad()
             return {**metrics, f"{what}_skipped": 1.0}
-        norm = torch.nn.utils.clip_grad_norm_(list(module.parameters()), self.config.max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(list(module.parameters()), self.config.learner.max_grad_norm)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a sharded scalar
         if not torch.isfinite(norm):  # the total norm is NaN/inf whenever any gradient entry is
             log.warning("iteration %d: %s gradient is not finite; update skipped", iteration, what)

@@ -2,7 +2,7 @@
 
 Each round draws prompts, grows one tree per prompt with the current policy exactly as the GRPO/PPO
 trainer does (`SearchTrainer.grow_trees`: the same strategy settings, the same merged engine calls, the
-verifier's rewards on every leaf, the tree store when `TrainConfig.tree_store` is set), hands the trees
+verifier's rewards on every leaf, the tree store when `TrainConfig.loop.tree_store` is set), hands the trees
 to the subclass's `learn`, and pushes the new weights into the engine. The search, the prompt draws,
 the seeds, the metrics files and the progress bar are the GRPO trainer's own (a subclass of
 `SearchTrainer`), so the trainers differ only in what they learn from the same kind of trees.
@@ -44,7 +44,8 @@ class RoundTrainer(SearchTrainer):
     """A `SearchTrainer` whose learning step is `learn(trees, problems, iteration) -> metrics`."""
 
     def __init__(self, config: TrainConfig, problems: Sequence, reward_fn, extract=None, engine=None) -> None:
-        super().__init__(dataclasses.replace(config, critic=CriticConfig(enabled=False)), problems, reward_fn,
+        value = dataclasses.replace(config.value, critic=CriticConfig(enabled=False))
+        super().__init__(dataclasses.replace(config, value=value), problems, reward_fn,
                          extract, engine=engine)
 
     @property
@@ -58,7 +59,7 @@ class RoundTrainer(SearchTrainer):
 
     def step(self) -> dict:
         """One round: search, learn, push the weights, log."""
-        c, i = self.config, self.iteration
+        c, i = self.config.loop, self.iteration
         with torch_settings(c.threads, c.deterministic, derived_seed(c.seed, i, 3)):
             start = time.perf_counter()
             problems = self.problems_for(i)
@@ -77,7 +78,7 @@ class RoundTrainer(SearchTrainer):
 
     def save_policy(self, folder: str | Path | None = None) -> Path:
         """The trained policy as a `save_pretrained` folder (default: <output_dir>/policy)."""
-        folder = Path(folder or Path(self.config.output_dir) / "policy")
+        folder = Path(folder or Path(self.config.loop.output_dir) / "policy")
         self.policy.save_pretrained(folder, safe_serialization=True)
         self.tokenizer.save_pretrained(folder)
         return folder

@@ -90,7 +90,7 @@ class RejectionSamplingSFT(RoundTrainer):
         self.rs = rs
 
     def learn(self, trees: list[SearchTree], problems: list, iteration: int) -> dict:
-        examples, metrics = kept_data(trees, self.rs, seed=iteration * 1_000_003 + self.config.seed)
+        examples, metrics = kept_data(trees, self.rs, seed=iteration * 1_000_003 + self.config.loop.seed)
         metrics["trained_tokens"] = 0
         if examples:
             sft = self.rs.sft_config(len(examples), seed=iteration)

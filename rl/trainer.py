@@ -100,16 +100,17 @@ class SearchTrainer:
         if str(config.model) in NAMED_MODELS:  # a name such as "smollm2": the folder it converts to, once
             config = dataclasses.replace(config, model=str(resolve_model(config.model)))
         if resume:
-            checkpoint.require(config.output_dir)  # before any model loads
+            checkpoint.require(config.loop.output_dir)  # before any model loads
         distributed.init_from_environment()  # launched by torchrun: one learner rank per process
         self.world = distributed.world_size()
-        if config.prompts_per_iteration % (self.world * config.minibatches):
-            raise ValueError(f"TrainConfig: prompts_per_iteration={config.prompts_per_iteration} trees cannot be shared "
-                             f"out evenly to {self.world} ranks x minibatches={config.minibatches}: pick a multiple of "
-                             f"{self.world * config.minibatches}, or launch another number of ranks")
-        if self.world > 1 and config.drop_zero_variance_groups:
-            raise ValueError("TrainConfig.drop_zero_variance_groups leaves ranks with unequal minibatches; it is not "
-                             "supported with more than one learner rank: set it to false or run one process")
+        prompts, minibatches = config.loop.prompts_per_iteration, config.learner.minibatches
+        if prompts % (self.world * minibatches):
+            raise ValueError(f"TrainConfig: loop.prompts_per_iteration={prompts} trees cannot be shared out evenly to "
+                             f"{self.world} ranks x learner.minibatches={minibatches}: pick a multiple of "
+                             f"{self.world * minibatches}, or launch another number of ranks")
+        if self.world > 1 and config.algorithm.drop_zero_variance_groups:
+            raise ValueError("TrainConfig.algorithm.drop_zero_variance_groups leaves ranks with unequal minibatches; "
+                             "it is not supported with more than one learner rank: set it to false or run one process")
         self.config, self.problems, self.reward_fn, self.extract = config, list(problems), reward_fn, extract
         self.iteration = 0
         with self._scope():
@@ -118,8 +119,8 @@ class SearchTrainer:
                 self.engine = None  # rank 0 searches
             else:
                 self.engine = engine if engine is not None else self._load_engine()
-        self.search_scorer = (load_scorer(config.scorer, decode=self.engine.decode)
-                              if config.scorer and self.engine is not None else None)
+        self.search_scorer = (load_scorer(config.search.scorer, decode=self.engine.decode)
+                              if config.search.scorer and self.engine is not None else None)
         if self.engine is not None:
             self.tokenizer = self.engine.tokenizer
         else:
@@ -127,37 +128,37 @@ class SearchTrainer:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if resume:  # the newest valid checkpoint, or CheckpointError: resuming never means starting over
-            self.iteration = checkpoint.load(config.output_dir, self.learner)
+            self.iteration = checkpoint.load(config.loop.output_dir, self.learner)
             self._push()
         self.loop_verifier = None
-        if config.loop_verifier.model and distributed.is_main():
-            check_same_vocabulary(config.model, config.loop_verifier.model, "the loop verifier",
-                                  "TrainConfig.loop_verifier.model")
-            saved = checkpoint.iteration_dir(config.output_dir, self.iteration) / LOOP_VALUE if resume else None
-            self.loop_verifier = LoopVerifier(config.loop_verifier, start=saved)
+        if config.value.loop_verifier.model and distributed.is_main():
+            check_same_vocabulary(config.model, config.value.loop_verifier.model, "the loop verifier",
+                                  "TrainConfig.value.loop_verifier.model")
+            saved = checkpoint.iteration_dir(config.loop.output_dir, self.iteration) / LOOP_VALUE if resume else None
+            self.loop_verifier = LoopVerifier(config.value.loop_verifier, start=saved)
         self._saved = resume  # a run that did not resume replaces earlier runs' checkpoints at its first save
-        self.tree_store = (TreeStore(config.tree_store).start(self.iteration)
-                           if config.tree_store and distributed.is_main() else None)
-        self.logger = (MetricsLogger(config.output_dir, resume_from=self.iteration if resume else None)
+        self.tree_store = (TreeStore(config.loop.tree_store).start(self.iteration)
+                           if config.loop.tree_store and distributed.is_main() else None)
+        self.logger = (MetricsLogger(config.loop.output_dir, resume_from=self.iteration if resume else None)
                        if distributed.is_main() else None)
 
     def _load_engine(self):
-        c = self.config
-        options = {"threads": c.threads}
-        if c.backend == "hf":
+        engine = self.config.engine
+        options = {"threads": self.config.loop.threads}
+        if engine.backend == "hf":
             options["device"] = str(self.learner.device)
         else:
-            options["in_process"] = c.engine_in_process
+            options["in_process"] = engine.in_process
             if self.learner.device.type == "cuda":  # shares the learner's GPU
-                options.update(kv_cache_fraction=c.engine_memory_fraction, sleep_mode=c.engine_sleep)
-        return load_policy(c.model, backend=c.backend, dtype=c.engine_dtype, seed=c.seed, replicas=c.engine_replicas,
-                           **options)
+                options.update(kv_cache_fraction=engine.memory_fraction, sleep_mode=engine.sleep)
+        return load_policy(self.config.model, backend=engine.backend, dtype=engine.dtype, seed=self.config.loop.seed,
+                           replicas=engine.replicas, **options)
 
     def _push(self) -> None:
         """The learner's weights into the engine (gathered on every rank, pushed by rank 0)."""
         weights = self.learner.weights()
         if self.engine is not None:
-            dtype = getattr(torch, self.config.engine_dtype)
+            dtype = getattr(torch, self.config.engine.dtype)
             if dtype != torch.float32:  # in the engine's own precision: half the bytes to move, no cast per tensor
                 weights = {name: t.to(dtype) if t.is_floating_point() else t for name, t in weights.items()}
             self.engine.wake_up()
@@ -165,39 +166,40 @@ class SearchTrainer:
 
     def _scope(self, *seed_parts: int):
         """Torch's threads, determinism and (per iteration) RNG while the trainer works; restored after."""
-        seed = derived_seed(self.config.seed, *seed_parts) if seed_parts else self.config.seed
-        return torch_settings(self.config.threads, self.config.deterministic, seed)
+        loop = self.config.loop
+        seed = derived_seed(loop.seed, *seed_parts) if seed_parts else loop.seed
+        return torch_settings(loop.threads, loop.deterministic, seed)
 
     # ---- search -----------------------------------------------------------------------------------
     def _settings(self, problem):
         """The strategy's config for one problem: the task's answer extraction, and for MCTS the
         verifier as the value of finished responses (allowed in training)."""
         changes = {"extract": self.extract} if self.extract is not None else {}
-        if isinstance(self.config.search, MCTSConfig):
+        if isinstance(self.config.search.chosen, MCTSConfig):
             changes["terminal_reward"] = lambda text: self.reward_fn(text, problem)
-        return dataclasses.replace(self.config.search, **changes)
+        return dataclasses.replace(self.config.search.chosen, **changes)
 
     def _scorer(self, problem):
-        """The scorer of `config.scorer` when given; else the trained critic once it has learned something
+        """The scorer of `config.search.scorer` when given; else the trained critic once it has learned something
         (the closed loop), and before that the verifier (allowed in training) so the first trees are not
         guided by an untrained head."""
-        if self.config.strategy == "best_of_n":
+        if self.config.search.strategy == "best_of_n":
             return None
         if self.loop_verifier is not None:
             return self.loop_verifier.scorer()
         if self.search_scorer is not None:
             return self.search_scorer
-        if self.learner.critic is not None and self.config.critic.use_as_scorer and self.iteration > 0:
+        if self.learner.critic is not None and self.config.value.critic.use_as_scorer and self.iteration > 0:
             return self.learner.critic
         return VerifierOracleScorer(problem.reference, self.engine.decode, extract=lambda text: text,
                                     verify=lambda reference, text: self.reward_fn(text, problem) > 0.5)
 
     def prompt_ids(self, problem) -> list[int]:
         """The prompt of a problem as the engine sees it and the learner trains on: the chat template
-        (`config.chat`), the system message and the assistant prefill."""
-        c = self.config
-        return self.engine.encode_prompt(problem.question, chat=c.chat, system=c.system_prompt,
-                                         prefill=c.assistant_prefill)
+        (`config.engine.chat`), the system message and the assistant prefill."""
+        engine = self.config.engine
+        return self.engine.encode_prompt(problem.question, chat=engine.chat, system=engine.system_prompt,
+                                         prefill=engine.assistant_prefill)
 
     def grow_trees(self, problems: Sequence, seed: int):
         """One search tree per problem, every leaf rewarded; returns (trees, search results).
@@ -209,12 +211,13 @@ class SearchTrainer:
         the strategy's whole-response length.
         """
         with self._phase_bar("search", len(problems), "tree") as bar:
-            jobs = [functools.partial(_search, strategy=self.config.strategy,
+            jobs = [functools.partial(_search, strategy=self.config.search.strategy,
                                       prompt_ids=self.prompt_ids(problem), scorer=self._scorer(problem),
                                       settings=self._settings(problem), seed=derived_seed(seed, k), done=bar.update)
                     for k, problem in enumerate(problems)]
             results = run_interleaved(jobs, self.engine)
-        params = SamplingParams(temperature=self.config.search.temperature, max_tokens=self.config.response_tokens)
+        search = self.config.search
+        params = SamplingParams(temperature=search.temperature, max_tokens=search.response_tokens)
         run_interleaved([functools.partial(_complete_leaves, tree=r.tree, params=params, seed=derived_seed(seed, k, 2))
                          for k, r in enumerate(results)], self.engine)
         for result, problem in zip(results, problems):
@@ -226,7 +229,8 @@ class SearchTrainer:
     def greedy_rewards(self, problems: Sequence) -> torch.Tensor:
         """(P,) the reward of one greedy response per problem: ReMax's baseline."""
         prompts = [self.prompt_ids(p) for p in problems]
-        greedy = self.engine.generate(prompts, SamplingParams(temperature=0, max_tokens=self.config.response_tokens))
+        params = SamplingParams(temperature=0, max_tokens=self.config.search.response_tokens)
+        greedy = self.engine.generate(prompts, params)
         return torch.tensor([float(self.reward_fn(g[0].text, p)) for g, p in zip(greedy, problems)])
 
     def _drop_flat_groups(self, batch: RolloutBatch) -> RolloutBatch:
@@ -243,9 +247,9 @@ class SearchTrainer:
                     disable=not self.progress or not distributed.is_main())
 
     def problems_for(self, iteration: int) -> list:
-        rng = np.random.default_rng(derived_seed(self.config.seed, iteration, 7))
-        index = rng.choice(len(self.problems), size=self.config.prompts_per_iteration,
-                           replace=len(self.problems) < self.config.prompts_per_iteration)
+        rng = np.random.default_rng(derived_seed(self.config.loop.seed, iteration, 7))
+        size = self.config.loop.prompts_per_iteration
+        index = rng.choice(len(self.problems), size=size, replace=len(self.problems) < size)
         return [self.problems[i] for i in index]
 
     def step(self) -> dict:
@@ -259,8 +263,8 @@ class SearchTrainer:
         start = time.perf_counter()
         problems = self.problems_for(i)
         engine_before = self.engine.stats.copy()
-        trees, results = self.grow_trees(problems, derived_seed(c.seed, i, 1))
-        greedy = self.greedy_rewards(problems) if c.estimator == "remax" else None
+        trees, results = self.grow_trees(problems, derived_seed(c.loop.seed, i, 1))
+        greedy = self.greedy_rewards(problems) if c.algorithm.estimator == "remax" else None
         spent = self.engine.stats - engine_before
         return trees, {
             "greedy": greedy,
@@ -280,21 +284,21 @@ class SearchTrainer:
             share = [(trees[r * per_rank:(r + 1) * per_rank],
                       greedy[r * per_rank:(r + 1) * per_rank] if greedy is not None else None) for r in range(self.world)]
         trees, greedy = distributed.scatter_objects(share)
-        batch = batch_from_trees(trees, self.pad_id, pack_tokens=c.pack_tokens)
+        batch = batch_from_trees(trees, self.pad_id, pack_tokens=c.learner.pack_tokens)
         flat = [float(not nonzero_variance_groups(batch.rewards[batch.group == g][None])[0]) for g in batch.group.unique()]
-        if c.drop_zero_variance_groups:
+        if c.algorithm.drop_zero_variance_groups:
             batch = self._drop_flat_groups(batch)
         sleep_seconds = time.perf_counter()
         if self.engine is not None:
             self.engine.sleep()  # frees the engine's GPU memory for the learner (a no-op without a shared GPU)
         sleep_seconds = time.perf_counter() - sleep_seconds
         learn_start = time.perf_counter()
-        with torch_threads(c.learner_threads):  # the engine is idle now: the update may use its cores
-            with self._phase_bar("learn", c.epochs * c.minibatches, "minibatch") as bar:
+        with torch_threads(c.learner.threads):  # the engine is idle now: the update may use its cores
+            with self._phase_bar("learn", c.learner.epochs * c.learner.minibatches, "minibatch") as bar:
                 metrics = self.learner.update(batch, i, greedy, done=bar.update)
             if self.loop_verifier is not None:  # learns from this iteration's verified leaves; values the next search
                 metrics.update(self.loop_verifier.observe(trees))
-                metrics.update(self.loop_verifier.train(derived_seed(c.seed, i, 5)))
+                metrics.update(self.loop_verifier.train(derived_seed(c.loop.seed, i, 5)))
         learner_seconds = time.perf_counter() - learn_start
         wake = time.perf_counter()
         if self.engine is not None:
@@ -311,32 +315,32 @@ class SearchTrainer:
         self.iteration += 1
         if distributed.is_main():
             metrics.update(searched)
-            _warn_if_no_reward(metrics, c.response_tokens)
+            _warn_if_no_reward(metrics, c.search.response_tokens)
             metrics.update({"engine_sleep_seconds": sleep_seconds, "learner_seconds": learner_seconds,
                             "push_seconds": push_seconds, "seconds": time.perf_counter() - start})
             if isinstance(self.engine, EnginePool):  # how many replicas hold the weights just pushed
                 metrics["replicas_current"] = sum(v == self.engine.weights_version
                                                   for v in self.engine.weights_versions())
             self.logger.log(metrics)
-        if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
+        if self.iteration % c.loop.checkpoint_every == 0 or self.iteration == c.loop.iterations:
             extras = {LOOP_VALUE: self.loop_verifier.save} if self.loop_verifier is not None else None
-            checkpoint.save(c.output_dir, self.learner, self.tokenizer, self.iteration,  # every rank: rank 0 writes
-                            keep=c.checkpoints_kept, discard_others=not self._saved, extras=extras)
+            checkpoint.save(c.loop.output_dir, self.learner, self.tokenizer, self.iteration,  # rank 0 writes
+                            keep=c.loop.checkpoints_kept, discard_others=not self._saved, extras=extras)
             self._saved = True
         return metrics
 
     def run(self, progress: bool = True,
             on_iteration: Callable[[SearchTrainer, dict], None] | None = None) -> list[dict]:
-        """Iterate to `config.iterations`; returns each iteration's metrics (rank 0 logs them; every rank
+        """Iterate to `config.loop.iterations`; returns each iteration's metrics (rank 0 logs them; every rank
         returns its own view, the learner's metrics averaged over ranks). progress: a bar of iterations
         (its postfix the last iteration's `passed` and `reward`: docs/metrics.md), and under it one of the
         current phase (searched trees, then learner minibatches). `on_iteration(trainer, metrics)` runs
         after every iteration, e.g. to grade the current policy or value on held-out problems."""
         history = []
         self.progress = progress
-        bar = tqdm(total=self.config.iterations, initial=self.iteration, desc="search-train",
+        bar = tqdm(total=self.config.loop.iterations, initial=self.iteration, desc="search-train",
                    disable=not progress or not distributed.is_main())
-        while self.iteration < self.config.iterations:
+        while self.iteration < self.config.loop.iterations:
             metrics = self.step()
             history.append(metrics)
             if on_iteration is not None:

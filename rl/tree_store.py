@@ -85,8 +85,8 @@ class TreeStore:
     def __iter__(self) -> Iterator[StoredTree]:
         """The stored trees in the order they were written, one line parsed at a time."""
         if not self.path.is_file():
-            raise FileNotFoundError(f"no tree store at {str(self.path)!r}: train with --tree_store PATH "
-                                    "(TrainConfig.tree_store) to write one")
+            raise FileNotFoundError(f"no tree store at {str(self.path)!r}: train with --loop.tree_store PATH "
+                                    "(TrainConfig.loop.tree_store) to write one")
         for number, line in enumerate(self._lines(), 1):
             row = json.loads(line)
             if not isinstance(row, dict) or row.get("format") != FORMAT:
@@ -105,7 +105,7 @@ class TreeStore:
             window = "" if min_version is None and max_version is None else \
                 f" with policy versions in [{min_version}, {max_version}]"
             raise ValueError(f"tree store {str(self.path)!r} holds no trees{window}: write trees into it first "
-                             "(a training run with TrainConfig.tree_store set) or widen the version window")
+                             "(a training run with TrainConfig.loop.tree_store set) or widen the version window")
         return kept
 
     def __len__(self) -> int:

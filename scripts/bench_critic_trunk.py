@@ -47,13 +47,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-critic-") as tmp, torch_settings(threads=1):
         config, trainer, trees = grow_demo_trees(Path(tmp), args.model, args.prompts, candidates=4)
         trainer.engine.close()  # the engine's process would otherwise share the cores being measured
-        batch = batch_from_trees(trees, trainer.pad_id, pack_tokens=config.pack_tokens)
+        batch = batch_from_trees(trees, trainer.pad_id, pack_tokens=config.learner.pack_tokens)
         verifier = args.verifier or str(train_verifier_lm(Path(tmp) / "verifier", progress=False).model_dir)
         critics = {"policy's trunk": CriticConfig(enabled=True, lr=1e-3),
                    "verifier's trunk": CriticConfig(enabled=True, lr=1e-3, model=verifier),
                    "no critic": CriticConfig(enabled=False)}
-        learners = {name: (Learner(replace(config, critic=critic)), THREADS)  # the same starting weights
-                    for name, critic in critics.items()}
+        learners = {name: (Learner(replace(config, value=replace(config.value, critic=critic))), THREADS)
+                    for name, critic in critics.items()}  # the same starting weights
         parameters = {name: sum(p.numel() for p in learner.critic.model.parameters()) if learner.critic else 0
                       for name, (learner, _) in learners.items()}
         median = median_update_seconds(learners, batch, args.repeats)

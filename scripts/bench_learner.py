@@ -139,21 +139,26 @@ def run_ours(args, name: str) -> dict:
     import rl.forward as F
     import rl.trainer as T
     from planner.strategies import BestOfNConfig
-    from rl.config import CriticConfig, TrainConfig
+    from rl.config import (AlgorithmConfig, CriticConfig, EngineConfig, LearnerConfig, LoopConfig, TrainConfig,
+                           TreeSearchConfig, ValueConfig)
     from rl.losses import PolicyLossConfig
 
     ppo = name == "ours-ppo"
     problems = [Problem(id=f"bench/{i}", question=q, reference="", task="bench") for i, q in enumerate(questions())]
     total = args.warmup + args.iterations
     config = TrainConfig(
-        model=str(args.model), output_dir=str(Path(args.workdir) / name), backend="vllm" if "vllm" in name else "hf",
-        iterations=10_000, checkpoint_every=10_000,  # no checkpoints: TRL's saving is off too
-        prompts_per_iteration=args.prompts, strategy="best_of_n",
-        best_of_n=BestOfNConfig(n=args.generations, max_tokens=args.max_tokens, temperature=1.0),
-        estimator="gae" if ppo else "grpo", lr=args.lr,
-        epochs=1, minibatches=1, max_grad_norm=1.0,
-        loss=PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.2, aggregation="token_mean", kl_coef=0.0),
-        critic=CriticConfig(enabled=ppo, target="gae"), seed=0, threads=1)
+        model=str(args.model),
+        loop=LoopConfig(output_dir=str(Path(args.workdir) / name), iterations=10_000, checkpoint_every=10_000,
+                        prompts_per_iteration=args.prompts, seed=0, threads=1),
+        engine=EngineConfig(backend="vllm" if "vllm" in name else "hf"),
+        search=TreeSearchConfig(strategy="best_of_n",
+                                best_of_n=BestOfNConfig(n=args.generations, max_tokens=args.max_tokens,
+                                                        temperature=1.0)),
+        algorithm=AlgorithmConfig(estimator="gae" if ppo else "grpo",
+                                  loss=PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.2, aggregation="token_mean",
+                                                        kl_coef=0.0)),
+        learner=LearnerConfig(lr=args.lr, epochs=1, minibatches=1, max_grad_norm=1.0),
+        value=ValueConfig(critic=CriticConfig(enabled=ppo, target="gae")))
     start = time.perf_counter()
     trainer = T.SearchTrainer(config, problems, lambda text, problem: reward_text(text))
     startup = time.perf_counter() - start

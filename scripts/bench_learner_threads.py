@@ -1,4 +1,4 @@
-"""The demo's RL learner update on 1 torch thread against 2, side by side (`TrainConfig.learner_threads`).
+"""The demo's RL learner update on 1 torch thread against 2, side by side (`TrainConfig.learner.threads`).
 
     .venv/bin/python scripts/bench_learner_threads.py                  # cold start first (~2-4 min)
     .venv/bin/python scripts/bench_learner_threads.py --model runs/demo/sft --no-doc
@@ -56,7 +56,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-threads-") as tmp, torch_settings(threads=1):
         config, trainer, trees = grow_demo_trees(Path(tmp), args.model, args.prompts, candidates=4)
         trainer.engine.close()  # the engine's process would otherwise share the cores being measured
-        batch = batch_from_trees(trees, trainer.pad_id, pack_tokens=config.pack_tokens)
+        batch = batch_from_trees(trees, trainer.pad_id, pack_tokens=config.learner.pack_tokens)
         learners = {n: (Learner(config), n) for n in THREADS}  # same seed: the same starting weights
         median = median_update_seconds(learners, batch, args.repeats)
     body = "\n".join([

@@ -42,14 +42,16 @@ SETTINGS = {  # name -> TrainConfig changes
 }
 
 
-def base_config(args, model: str, out: str, **changes):
+def base_config(args, model: str, out: str, **learner):
+    """The benchmark's TrainConfig; `learner`: the setting's LearnerConfig fields."""
     from planner.strategies import BestOfNConfig
-    from rl.config import CriticConfig, TrainConfig
+    from rl.config import CriticConfig, LearnerConfig, LoopConfig, TrainConfig, TreeSearchConfig, ValueConfig
 
-    return TrainConfig(model=model, output_dir=out, prompts_per_iteration=args.prompts, strategy="best_of_n",
-                       best_of_n=BestOfNConfig(n=args.samples, max_tokens=args.max_tokens, temperature=1.0),
-                       lr=1e-5, max_grad_norm=1e9, critic=CriticConfig(enabled=False), device="cpu", threads=1,
-                       **changes)
+    best_of_n = BestOfNConfig(n=args.samples, max_tokens=args.max_tokens, temperature=1.0)
+    return TrainConfig(model=model, loop=LoopConfig(output_dir=out, prompts_per_iteration=args.prompts, threads=1),
+                       search=TreeSearchConfig(strategy="best_of_n", best_of_n=best_of_n),
+                       learner=LearnerConfig(lr=1e-5, max_grad_norm=1e9, device="cpu", **learner),
+                       value=ValueConfig(critic=CriticConfig(enabled=False)))
 
 
 def digit_fraction(text: str, problem) -> float:

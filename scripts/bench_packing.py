@@ -18,6 +18,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchdoc import machine_line, update_section
@@ -26,7 +27,7 @@ from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, load_arithmeti
 
 
 PACK_CAPS = (256, 128, 64)
-"""Token caps of the packed layouts compared (`TrainConfig.pack_tokens`)."""
+"""Token caps of the packed layouts compared (`TrainConfig.learner.pack_tokens`)."""
 
 
 def grow_demo_trees(tmp: Path, model: str | None, prompts: int, candidates: int):
@@ -35,17 +36,22 @@ def grow_demo_trees(tmp: Path, model: str | None, prompts: int, candidates: int)
     engine still open) and the trees."""
     from planner.strategies import MCTSConfig
     from lab.cold_start import cold_start
-    from rl.config import CriticConfig, TrainConfig
+    from rl.config import (AlgorithmConfig, CriticConfig, LearnerConfig, LoopConfig, TrainConfig, TreeSearchConfig,
+                           ValueConfig)
     from rl.trainer import SearchTrainer
 
     model = model or str(cold_start(tmp / "sft", final_eval=False, progress=False).model_dir)
     task = load_arithmetic(split="test")
-    config = TrainConfig(model=model, output_dir=str(tmp / "rl"), prompts_per_iteration=prompts,
-                         strategy="mcts", mcts=MCTSConfig(num_simulations=8, num_candidates=candidates,
-                                                          step_delimiter=STEP_DELIMITER, max_step_tokens=16,
-                                                          max_steps=8, temperature=1.0),
-                         minibatches=4, old_logprobs="engine", critic=CriticConfig(enabled=True, lr=1e-3),
-                         device="cpu", lr=1e-4)
+    config = TrainConfig(
+        model=model,
+        loop=LoopConfig(output_dir=str(tmp / "rl"), prompts_per_iteration=prompts),
+        search=TreeSearchConfig(strategy="mcts",
+                                mcts=MCTSConfig(num_simulations=8, num_candidates=candidates,
+                                                step_delimiter=STEP_DELIMITER, max_step_tokens=16, max_steps=8,
+                                                temperature=1.0)),
+        learner=LearnerConfig(minibatches=4, device="cpu", lr=1e-4),
+        algorithm=AlgorithmConfig(old_logprobs="engine"),
+        value=ValueConfig(critic=CriticConfig(enabled=True, lr=1e-3)))
     problems = arithmetic_task(prompts, "medium", seed=1)
     trainer = SearchTrainer(config, problems, task.reward, extract=task.verifier.extract)
     trees, _ = trainer.grow_trees(problems, seed=0)
@@ -78,7 +84,8 @@ def main() -> None:
         config, trainer, trees = grow_demo_trees(Path(tmp), args.model, args.prompts, candidates=2)
         caps = {"rows": None, "one pack per tree": None, **{f"packs of <= {n} tokens": n for n in PACK_CAPS}}
         batches = {name: batch_from_trees(trees, trainer.pad_id, pack_tokens=cap) for name, cap in caps.items()}
-        learners = {name: Learner(TrainConfig(**{**vars(config), "packing": name != "rows"})) for name in caps}
+        learners = {name: Learner(replace(config, learner=replace(config.learner, packing=name != "rows")))
+                    for name in caps}
         seconds = {name: [] for name in caps}
         for r in tqdm(range(args.repeats), desc="updates"):
             for name, learner in learners.items():
@@ -96,7 +103,8 @@ def main() -> None:
         f"The demo's RL trees: {args.prompts} arithmetic problems, MCTS with 8 simulations of 2 candidate steps from "
         f"the demo's cold-start model ({len(batches['rows'])} root-to-leaf rows). The demo's learner update (GRPO, 4 "
         f"minibatches of whole trees, engine log-probabilities, the value critic trained on node values) on the "
-        f"same trees, row by row and packed (one pack per tree, or packs cut at a token cap: `TrainConfig.pack_tokens`), "
+        f"same trees, row by row and packed (one pack per tree, or packs cut at a token cap: "
+        f"`TrainConfig.learner.pack_tokens`), "
         f"alternating; median CPU seconds of {args.repeats} updates each, one torch thread.", "",
         "| layout | tokens through the learner | vs rows | update CPU s (policy and critic) | vs rows |",
         "|---|---:|---:|---:|---:|",

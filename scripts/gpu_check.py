@@ -55,7 +55,8 @@ def main(argv=None) -> int:
     from planner import load_policy, solve
     from planner.policy.local_models import build_tiny_llama
     from planner.strategies import BestOfNConfig
-    from rl import CriticConfig, SFTConfig, SearchTrainer, TrainConfig, train_sft
+    from rl import (AlgorithmConfig, CriticConfig, EngineConfig, LearnerConfig, LoopConfig, SFTConfig, SearchTrainer,
+                    TrainConfig, TreeSearchConfig, ValueConfig, train_sft)
 
     args = parse(argv)
     configure_logging(False)
@@ -105,13 +106,16 @@ def main(argv=None) -> int:
         for name, estimator in (("GRPO", "grpo"), ("PPO with the critic", "gae")):
             print(f"{3 if estimator == 'grpo' else 4}. {name} step(s) (learner {dtype} + gradient checkpointing, "
                   f"engine {'bfloat16' if gpu else 'float32'})")
-            train = TrainConfig(model=str(model), output_dir=str(Path(tmp) / estimator), iterations=args.steps,
-                                prompts_per_iteration=8, strategy="best_of_n",
-                                best_of_n=BestOfNConfig(n=4, max_tokens=48, temperature=1.0), estimator=estimator,
-                                critic=CriticConfig(enabled=estimator == "gae", target="gae" if estimator == "gae"
-                                                    else "tree"),
-                                device=device, dtype=dtype, engine_dtype="bfloat16" if gpu else "float32",
-                                gradient_checkpointing=True, old_logprobs="learner", minibatches=2, lr=1e-4)
+            train = TrainConfig(
+                model=str(model),
+                loop=LoopConfig(output_dir=str(Path(tmp) / estimator), iterations=args.steps, prompts_per_iteration=8),
+                search=TreeSearchConfig(strategy="best_of_n",
+                                        best_of_n=BestOfNConfig(n=4, max_tokens=48, temperature=1.0)),
+                algorithm=AlgorithmConfig(estimator=estimator, old_logprobs="learner"),
+                value=ValueConfig(critic=CriticConfig(enabled=estimator == "gae",
+                                                      target="gae" if estimator == "gae" else "tree")),
+                learner=LearnerConfig(device=device, dtype=dtype, gradient_checkpointing=True, minibatches=2, lr=1e-4),
+                engine=EngineConfig(dtype="bfloat16" if gpu else "float32"))
             trainer = SearchTrainer(train, problems, task.reward, extract=task.verifier.extract)
             before = weights(trainer.learner.policy)
             history = [trainer.step() for _ in range(args.steps)]

@@ -25,7 +25,8 @@ from planner.scorers import ConfidenceScorer
 from planner.strategies import MCTSConfig
 from planner.value_eval import grade_scorers
 from rl.cli import ArgumentParser, at_least, output_dir
-from rl.config import CriticConfig, LoopVerifierConfig, TrainConfig
+from rl.config import (AlgorithmConfig, CriticConfig, EngineConfig, LearnerConfig, LoopConfig, LoopVerifierConfig,
+                       TrainConfig, TreeSearchConfig, ValueConfig)
 from rl.trainer import SearchTrainer
 from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, step_value
 from verifiers.tasks import load_task
@@ -68,13 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     frozen = LikelihoodVerifier(str(out / "verifier_start"))
     search = MCTSConfig(num_simulations=8, num_candidates=4, step_delimiter=STEP_DELIMITER, max_step_tokens=16,
                         max_steps=8, temperature=1.0)
-    config = TrainConfig(model=str(out / "sft"), output_dir=str(out / "rl"), backend="vllm",
-                         iterations=args.iterations, prompts_per_iteration=32, strategy="mcts", mcts=search,
-                         estimator="grpo", lr=1e-4, minibatches=4, seed=seed, critic=CriticConfig(enabled=False),
-                         learner_threads=1, device="cpu", old_logprobs="engine",
-                         loop_verifier=LoopVerifierConfig(model=str(out / "verifier_start"),
-                                                          unlikelihood_coef=args.unlikelihood,
-                                                          min_likelihood=args.min_likelihood))
+    config = TrainConfig(
+        model=str(out / "sft"),
+        loop=LoopConfig(output_dir=str(out / "rl"), iterations=args.iterations, prompts_per_iteration=32, seed=seed),
+        engine=EngineConfig(backend="vllm"),
+        search=TreeSearchConfig(strategy="mcts", mcts=search),
+        algorithm=AlgorithmConfig(estimator="grpo", old_logprobs="engine"),
+        learner=LearnerConfig(lr=1e-4, minibatches=4, threads=1, device="cpu"),
+        value=ValueConfig(critic=CriticConfig(enabled=False),
+                          loop_verifier=LoopVerifierConfig(model=str(out / "verifier_start"),
+                                                           unlikelihood_coef=args.unlikelihood,
+                                                           min_likelihood=args.min_likelihood)))
     trainer = SearchTrainer(config, arithmetic_task(4000, "medium", seed=seed + 1), task.reward,
                             extract=task.verifier.extract, engine=engine)
 

@@ -21,7 +21,13 @@ from pathlib import Path
 from planner.logs import configure_logging
 from planner.scaling_report import SIZE_KNOBS, curve
 from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args, output_dir
-from task_options import add_task_options, task_options
+from task_options import add_data_arguments, task_options
+
+SHORT_OPTIONS = ("task", "task_path", "split", "limit", "model", "backend", "strategies", "sizes", "size", "seeds",
+                 "max_tokens", "temperature", "out")
+"""The options `--help` shows; `--help-all` shows every one."""
+DATA_FIELDS = ("task", "task_path", "split", "limit")
+"""ScalingConfig fields given by the data options every script shares (task_options.add_data_arguments)."""
 
 
 
@@ -40,7 +46,8 @@ def _size_epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from planner.scaling import ScalingConfig
 
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_size_epilog())
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=_size_epilog(), short_options=SHORT_OPTIONS)
+    add_data_arguments(parser.add_argument_group("data"), split="test", task_default=ScalingConfig.task)
     parser.add_argument("--out", required=True, type=output_dir,
                         help="output folder for results.csv, problems.csv, summary.json and the PNGs")
     parser.add_argument("--sizes", type=at_least(1), nargs="+", metavar="S",
@@ -55,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                                "bars too (default: warnings and errors only)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_dataclass_arguments(parser, ScalingConfig, skip=("sizes", "options", "progress", "task_options"))
-    add_task_options(parser.add_argument_group("the custom task (--task custom --path FILE: docs/data.md)"))
+    add_dataclass_arguments(parser, ScalingConfig, skip=("sizes", "options", "progress", "task_options", *DATA_FIELDS))
     return parser
 
 
@@ -100,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = dataclass_from_args(ScalingConfig, args, sizes=_sizes(args, parser, strategies),
                                      options=_options(args.set, parser), progress=not args.quiet,
-                                     task_options=task_options(args))
+                                     task_options=task_options(args),
+                                     **{name: getattr(args, name) for name in DATA_FIELDS})
         inputs = load_inputs(config)
     except (ValueError, FileNotFoundError, TypeError, ImportError) as error:
         parser.error(str(error))

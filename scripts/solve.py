@@ -18,7 +18,11 @@ from pathlib import Path
 
 from planner.budget import Budget
 from planner.logs import configure_logging
-from task_options import add_task_options, task_options
+from task_options import add_data_arguments, resolve_model_option, task_options
+
+SHORT_OPTIONS = ("task", "problem", "task_path", "split", "limit", "model", "backend", "strategy", "budget", "set",
+                 "out")
+"""The options `--help` shows; `--help-all` shows every one."""
 
 
 
@@ -26,19 +30,20 @@ def build_parser() -> argparse.ArgumentParser:
     from planner.strategies import STRATEGIES, options_help
     from rl.cli import ArgumentParser, at_least, output_dir, output_file
 
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=options_help())
-    parser.add_argument("--model", required=True, help="policy model: a Hugging Face save_pretrained folder")
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=options_help(), short_options=SHORT_OPTIONS)
+    parser.add_argument("--model", required=True, help="policy model: a save_pretrained folder, or a name of "
+                                                        "planner.policy.local_models.NAMED_MODELS (\"smollm2\", "
+                                                        "\"qwen2.5-coder-0.5b\")")
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf", help="policy backend (default: hf)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                         help="policy weights' dtype (default: float32)")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--task", help="task name for verifiers.load_task (gsm8k, math500, countdown, game24, ...)")
+    data = parser.add_argument_group("data")
+    source = data.add_mutually_exclusive_group(required=True)
+    add_data_arguments(data, split="test", task_group=source)
     source.add_argument("--problem", help="one problem text instead of a task")
-    parser.add_argument("--path", help="the task's data: a local JSONL/CSV file or a Hugging Face dataset id "
-                                       "(default: the task's copy in ../shared/data)")
-    parser.add_argument("--limit", type=at_least(1), help="solve only the first LIMIT problems")
-    add_task_options(parser.add_argument_group("the custom task (--task custom --path FILE: docs/data.md)"))
-    parser.add_argument("--strategy", choices=sorted(STRATEGIES), default="mcts", help="search strategy (default: mcts)")
+    parser.add_argument("--strategy", choices=sorted(STRATEGIES), default="mcts",
+                        help="search strategy; each samples at its own temperature, 0.8 unless --set temperature=T "
+                             "(default: mcts)")
     parser.add_argument("--budget", type=at_least(1), help="most generated tokens per problem (default: no limit)")
     parser.add_argument("--budget-flops", type=at_least(1, float),
                         help="most estimated FLOPs per problem (default: no limit)")
@@ -96,12 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
-    if not (Path(args.model) / "config.json").is_file():
-        parser.error(f"--model {args.model!r}: no model folder there (expected a config.json)")
     if args.scorer and not (Path(args.scorer) / "config.json").is_file():
         parser.error(f"--scorer {args.scorer!r}: no model folder there (expected a config.json)")
-    if args.path and not Path(args.path).exists() and Path(args.path).suffix:
-        parser.error(f"--path {args.path!r}: no such file")
+    if args.task_path and not Path(args.task_path).exists() and Path(args.task_path).suffix:
+        parser.error(f"--task_path {args.task_path!r}: no such file")
     options = parse_options(args.set, parser)
 
     from planner.policy import load_policy
@@ -116,12 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.task:
             from verifiers import load_task
 
-            task = load_task(args.task, args.path, **task_options(args))
+            task = load_task(args.task, args.task_path, split=args.split, **task_options(args))
             problems, verifier = task.problems[:args.limit], task.verifier
             options.setdefault("extract", verifier.extract)
             options.setdefault("equivalent", verifier.equivalent)
         else:
             task, problems = None, [args.problem]
+        args.model = resolve_model_option(args.model)  # a name such as "smollm2", or a save_pretrained folder
     except (ValueError, FileNotFoundError, TypeError, ImportError) as error:
         parser.error(str(error))
 

@@ -1,15 +1,22 @@
-"""The custom task's options on the command line, shared by the scripts that load a task.
+"""The data options on the command line, the same names and defaults in every script that loads a task.
 
-``--task custom --task_path qa.jsonl`` reads your own question/answer file (docs/data.md); these
-options pick its fields and answer kind. They are given to `verifiers.load_task` only when set,
-so another task given one of them fails with load_task's error naming the task's own options.
+`add_data_arguments` adds --task, --task_path, --split and --limit. The split's default says what a
+script is for: "train" in the training scripts, "test" in the evaluation scripts (solve, scaling),
+and each script's --help says which. ``--task custom --task_path qa.jsonl`` reads your own
+question/answer file (docs/data.md); the custom task's options pick its fields and answer kind. They
+are given to `verifiers.load_task` only when set, so another task given one of them fails with
+load_task's error naming the task's own options.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from rl.cli import at_least
 from verifiers.answer_kinds import ANSWER_KINDS
+
+TASK_HELP = ("task name (verifiers.TASKS): arithmetic, gsm8k, math500, countdown, game24, humaneval, custom "
+             "(your own file: docs/data.md)")
 
 OPTIONS = {
     "question_field": "custom task: the field (CSV column) holding each question (default: question)",
@@ -20,6 +27,32 @@ OPTIONS = {
     "instruction": "custom task: text appended to each question (default: put the final answer in \\boxed{}; "
                    "'' for none)",
 }
+
+
+def add_data_arguments(group, split: str, task_default: str | None = None, task_required: bool = False,
+                       task_group=None) -> None:
+    """--task (in `task_group` when given, e.g. a mutually exclusive one), --task_path, --split (default `split`:
+    "train" to train, "test" to evaluate), --limit and the custom task's options, in `group`."""
+    purpose = "training" if split == "train" else "evaluation"
+    (task_group or group).add_argument("--task", required=task_required, default=task_default,
+                                       help=TASK_HELP + ("" if task_default is None else f" (default: {task_default})"))
+    group.add_argument("--task_path", default=None, help="the task's data file: a local JSONL/CSV file, or a Hugging "
+                                                         "Face dataset id (default: the task's copy in ../shared/data)")
+    group.add_argument("--split", default=split,
+                       help=f"dataset split (default: {split}, as in every {purpose} script)")
+    group.add_argument("--limit", type=at_least(1), default=None, help="use only the first N problems (default: all)")
+    add_task_options(group)
+
+
+def resolve_model_option(model: str) -> str:
+    """--model's folder: a name of planner.policy.local_models.NAMED_MODELS (converted once) or a save_pretrained
+    folder, as in every script; a bad one raises FileNotFoundError naming --model."""
+    from planner.policy.local_models import resolve_model  # imports torch
+
+    try:
+        return str(resolve_model(model))
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"--model: {error}") from None
 
 
 def add_task_options(group) -> None:

@@ -1,15 +1,17 @@
-"""Search-guided RL: grow search trees with the current policy and critic, train both from them.
+r"""Search-guided RL: grow search trees with the current policy and critic, train both from them.
 
-    python scripts/train.py --model runs/demo/sft --task arithmetic --iterations 20 --strategy mcts \
-        --mcts.num_simulations 8 --mcts.step_delimiter $'\n'
-    python scripts/train.py --model runs/demo/sft --task arithmetic --output_dir runs/x --resume
+    python scripts/train.py --model runs/demo/sft --task arithmetic --loop.iterations 20 \
+        --search.strategy mcts --search.mcts.num_simulations 8 --search.mcts.step_delimiter $'\n'
+    python scripts/train.py --model runs/demo/sft --task arithmetic --loop.output_dir runs/x --resume
     torchrun --nproc_per_node 2 scripts/train.py --model runs/demo/sft --task arithmetic   # 2 learner ranks
 
-Every TrainConfig option below can be given; the search settings are the planner's own
-(--best_of_n.*, --beam.*, --dvts.*, --mcts.*: the one named by --strategy is used). `--resume`
-continues a killed run from its newest valid checkpoint in --output_dir (rl/checkpoint.py). Metrics:
-<output_dir>/metrics.jsonl, metrics.csv and tensorboard/; every key, its meaning and unit, and what the
-progress bar shows: docs/metrics.md.
+Every TrainConfig option can be given, named by its part: --engine.*, --search.*, --algorithm.*,
+--learner.*, --value.*, --loop.* (rl/config.py). The search settings are the planner's own
+(--search.best_of_n.*, --search.beam.*, --search.dvts.*, --search.mcts.*: the one named by
+--search.strategy is used, its temperature included). `--resume` continues a killed run from its
+newest valid checkpoint in --loop.output_dir (rl/checkpoint.py). Metrics: <output_dir>/metrics.jsonl,
+metrics.csv and tensorboard/; every key, its meaning and unit, and what the progress bar shows:
+docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -21,30 +23,28 @@ from pathlib import Path
 
 from planner.logs import configure_logging
 from rl.checkpoint import CheckpointError
-from rl.cli import ArgumentParser, add_dataclass_arguments, at_least, dataclass_from_args
-from task_options import add_task_options, task_options
+from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
+from rl.config import TREE_STRATEGIES, TrainConfig
+from task_options import add_data_arguments, resolve_model_option, task_options
 from verifiers import load_task
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from rl.config import TrainConfig
+SHORT_OPTIONS = ("task", "task_path", "split", "limit", "resume", "model", "engine.backend", "search.strategy",
+                 *(f"search.{name}.temperature" for name in TREE_STRATEGIES), "algorithm.estimator", "learner.lr",
+                 "loop.iterations", "loop.prompts_per_iteration", "loop.output_dir")
+"""The options `--help` shows; `--help-all` shows every one."""
 
-    parser = ArgumentParser(description=__doc__)
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(description=__doc__, short_options=SHORT_OPTIONS)
     data = parser.add_argument_group("data")
-    data.add_argument("--task", required=True, help="task name (verifiers.TASKS): arithmetic, gsm8k, math500, "
-                                                    "countdown, game24, humaneval, custom (your own file: "
-                                                    "docs/data.md)")
-    data.add_argument("--task_path", default=None, help="local file of the task (default: ../shared/data)")
-    data.add_argument("--split", default="train", help="dataset split (default: train)")
-    data.add_argument("--limit", type=at_least(1), default=None, help="use only the first N problems")
-    add_task_options(data)
-    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in "
-                                                           "<output_dir>/checkpoints (an error if there is none)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
-                                                               "bars too (default: warnings and errors only)")
-    parser.add_argument("--replicas", dest="engine_replicas", type=at_least(1), default=argparse.SUPPRESS, metavar="N",
-                        help="the same as --engine_replicas (below): serving engines, N > 1 = an engine pool on Ray")
+    add_data_arguments(data, split="train", task_required=True)
+    run = parser.add_argument_group("run")
+    run.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in "
+                                                           "<loop.output_dir>/checkpoints (an error if there is none)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
+                                                            "bars too (default: warnings and errors only)")
     add_dataclass_arguments(parser, TrainConfig)
     return parser
 
@@ -52,15 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from planner.policy.local_models import resolve_model
-    from rl.config import TrainConfig
     from rl.trainer import SearchTrainer
 
     configure_logging(args.verbose)
     try:
         config = dataclass_from_args(TrainConfig, args)
         task = load_task(args.task, args.task_path, split=args.split, **task_options(args))  # data before the model
-        config.model = str(resolve_model(config.model))
+        config.model = resolve_model_option(config.model)
     except (ValueError, FileNotFoundError, ImportError) as error:
         parser.error(str(error))
     problems = task.problems[: args.limit] if args.limit else task.problems
@@ -74,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if history and distributed.is_main():
         last = history[-1]
         print(f"iteration {last['iteration']}: reward {last['reward_mean']:.3f}, pass rate {last['pass_rate']:.3f}; "
-              f"metrics in {Path(config.output_dir) / 'metrics.jsonl'}")
+              f"metrics in {Path(config.loop.output_dir) / 'metrics.jsonl'}")
     return 0
 
 

@@ -1,13 +1,14 @@
 """DPO from search trees: sibling-step pairs (Step-DPO style) and whole-response pairs (rl/dpo.py).
 
 Online (iterative: fresh trees from the current policy every round, pairs, DPO, push, repeat):
-    python scripts/train_dpo.py online --model runs/demo/sft --task arithmetic --iterations 10 --strategy mcts \
-        --mcts.num_simulations 8 --mcts.step_delimiter $'\n' --dpo.beta 0.1 --dpo.loss_type sigmoid
-Offline (the trees of a tree store, written by any trainer with --tree_store):
+    python scripts/train_dpo.py online --model runs/demo/sft --task arithmetic --loop.iterations 10 \
+        --search.strategy mcts --search.mcts.num_simulations 8 --search.mcts.step_delimiter $'\n' \
+        --dpo.beta 0.1 --dpo.loss_type sigmoid
+Offline (the trees of a tree store, written by any trainer with --loop.tree_store):
     python scripts/train_dpo.py offline --model runs/demo/sft --store runs/train/trees.jsonl --output_dir runs/dpo
 
 `python scripts/train_dpo.py online --help` and `... offline --help` list every option of each mode.
-Online metrics go to <output_dir>/metrics.jsonl, metrics.csv and tensorboard/, the trained policy to
+Online metrics go to <loop.output_dir>/metrics.jsonl, metrics.csv and tensorboard/, the trained policy to
 <output_dir>/policy; offline, the trained policy goes to --output_dir.
 """
 

@@ -1,13 +1,15 @@
 """Rejection-sampling SFT from search trees (ReST / RAFT): grow trees with the current policy, keep each
 prompt's verified best leaves (a cap per prompt), SFT for a round on them, repeat (rl/rs_sft.py).
 
-    python scripts/train_rs_sft.py --model runs/demo/sft --task arithmetic --iterations 10 --strategy mcts \
-        --mcts.num_simulations 8 --mcts.step_delimiter $'\n' --rs.max_per_prompt 4 --tree_store runs/rs/trees.jsonl
+    python scripts/train_rs_sft.py --model runs/demo/sft --task arithmetic --loop.iterations 10 \
+        --search.strategy mcts --search.mcts.num_simulations 8 --search.mcts.step_delimiter $'\n' \
+        --rs.max_per_prompt 4 --loop.tree_store runs/rs/trees.jsonl
 
-The search settings are the planner's own (--best_of_n.*, --beam.*, --dvts.*, --mcts.*: the one named by
---strategy grows the trees). Metrics per round (the data kept: kept_responses, prompts_with_kept,
-kept_prompt_share, kept_tokens; the SFT loss; reward and pass rate of the search) go to
-<output_dir>/metrics.jsonl, metrics.csv and tensorboard/; the trained policy to <output_dir>/policy.
+The search settings are the planner's own (--search.best_of_n.*, --search.beam.*, --search.dvts.*,
+--search.mcts.*: the one named by --search.strategy grows the trees). Metrics per round (the data kept:
+kept_responses, prompts_with_kept, kept_prompt_share, kept_tokens; the SFT loss; reward and pass rate of
+the search) go to <loop.output_dir>/metrics.jsonl, metrics.csv and tensorboard/; the trained policy to
+<loop.output_dir>/policy.
 """
 
 from __future__ import annotations

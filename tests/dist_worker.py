@@ -13,7 +13,7 @@ import torch
 
 from rl import distributed
 from rl.batch import batch_from_trees
-from rl.config import CriticConfig, TrainConfig
+from rl.config import CriticConfig, LearnerConfig, LoopConfig, TrainConfig, ValueConfig
 from rl.learner import Learner
 
 
@@ -27,8 +27,9 @@ def main(batch_path: str, model: str, out: str, data_parallel: str) -> None:
     trees, rank, world = saved["trees"], distributed.rank(), distributed.world_size()
     share = len(trees) // world
     batch = batch_from_trees(trees[rank * share:(rank + 1) * share], pad_token_id=0)
-    learner = Learner(TrainConfig(model=model, output_dir="/tmp/unused", device="cpu", data_parallel=data_parallel,
-                                  max_grad_norm=1e9, critic=CriticConfig(enabled=True), **saved["config"]))
+    learner = Learner(TrainConfig(model=model, loop=LoopConfig(output_dir="/tmp/unused"),
+                                  learner=LearnerConfig(device="cpu", data_parallel=data_parallel, max_grad_norm=1e9),
+                                  value=ValueConfig(critic=CriticConfig(enabled=True)), algorithm=saved["config"]))
     grads = {}
     for name, model_, optimizer in (("policy", learner.policy, learner.optimizer),
                                     ("critic", learner.critic.model, learner.critic_optimizer)):

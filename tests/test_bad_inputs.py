@@ -68,10 +68,10 @@ for line in sys.stdin:
 
 SOLVE = ["solve.py", "--model", "{model}", "--task", "arithmetic", "--strategy", "best_of_n", "--set", "n=1",
          "--set", "max_tokens=2", "--limit", "1"]
-TREES = ["--model", "{model}", "--task", "arithmetic", "--iterations", "1", "--prompts_per_iteration", "1",
-         "--strategy", "best_of_n", "--best_of_n.n", "2", "--best_of_n.max_tokens", "2", "--threads", "1", "--quiet",
-         "--output_dir", "{out}"]
-TRAIN = [*TREES, "--critic.enabled", "false"]
+TREES = ["--model", "{model}", "--task", "arithmetic", "--loop.iterations", "1", "--loop.prompts_per_iteration", "1",
+         "--search.strategy", "best_of_n", "--search.best_of_n.n", "2", "--search.best_of_n.max_tokens", "2",
+         "--loop.threads", "1", "--quiet", "--loop.output_dir", "{out}"]
+TRAIN = [*TREES, "--value.critic.enabled", "false"]
 VALUES = ["value_eval.py", "--policy", "{model}", "--backend", "hf", "--problems", "1", "--scorers", "random",
           "--samples", "1", "--candidates", "2", "--out", "{out}"]
 SCALING = ["scaling.py", "--model", "{model}", "--task", "arithmetic", "--limit", "1", "--seeds", "0",
@@ -95,16 +95,17 @@ ROWS = [
     ("solve-model-missing", "input path", [*SOLVE, "--model", "/nonexistent"], "--model"),
     ("solve-unknown-option", "unknown option", [*SOLVE, "--bogus"], "--bogus"),
     # train.py
-    ("train-output-is-a-file", "output path", ["train.py", *TRAIN, "--output_dir", "{file}"], "output_dir"),
-    ("train-output-under-a-file", "output path", ["train.py", *TRAIN, "--output_dir", "{file}/run"], "output_dir"),
-    ("train-output-read-only", "output path", ["train.py", *TRAIN, "--output_dir", "{ro}/run"], "output_dir"),
-    ("train-tree-store-is-a-folder", "output path", ["train.py", *TRAIN, "--tree_store", "{dir}"], "tree_store"),
-    ("train-iterations-zero", "size below its minimum", ["train.py", *TRAIN, "--iterations", "0"], "iterations"),
+    ("train-output-is-a-file", "output path", ["train.py", *TRAIN, "--loop.output_dir", "{file}"], "output_dir"),
+    ("train-output-under-a-file", "output path", ["train.py", *TRAIN, "--loop.output_dir", "{file}/run"],
+     "output_dir"),
+    ("train-output-read-only", "output path", ["train.py", *TRAIN, "--loop.output_dir", "{ro}/run"], "output_dir"),
+    ("train-tree-store-is-a-folder", "output path", ["train.py", *TRAIN, "--loop.tree_store", "{dir}"], "tree_store"),
+    ("train-iterations-zero", "size below its minimum", ["train.py", *TRAIN, "--loop.iterations", "0"], "iterations"),
     ("train-limit-zero", "size below its minimum", ["train.py", *TRAIN, "--limit", "0"], "--limit"),
-    ("train-estimator-unknown", "name not in its registry", ["train.py", *TRAIN, "--estimator", "bogus"],
+    ("train-estimator-unknown", "name not in its registry", ["train.py", *TRAIN, "--algorithm.estimator", "bogus"],
      "estimator"),
     ("train-minibatches-indivisible", "option combination",
-     ["train.py", *TRAIN, "--prompts_per_iteration", "3", "--minibatches", "2"], "minibatches"),
+     ["train.py", *TRAIN, "--loop.prompts_per_iteration", "3", "--learner.minibatches", "2"], "minibatches"),
     ("train-resume-without-checkpoint", "option combination", ["train.py", *TRAIN, "--resume"], "resume"),
     ("train-task-missing", "missing option", ["train.py", "--model", "{model}"], "--task"),
     # train_dpo.py
@@ -114,7 +115,8 @@ ROWS = [
     ("dpo-beta-negative", "size below its minimum", [*OFFLINE, "--dpo.beta", "-1"], "beta"),
     ("dpo-online-model-missing", "input path", ["train_dpo.py", "online", "--model", "/nonexistent"], "--model"),
     # train_rs_sft.py
-    ("rs-output-under-a-file", "output path", ["train_rs_sft.py", *TREES, "--output_dir", "{file}/x"], "output_dir"),
+    ("rs-output-under-a-file", "output path", ["train_rs_sft.py", *TREES, "--loop.output_dir", "{file}/x"],
+     "output_dir"),
     ("rs-limit-negative", "size below its minimum", ["train_rs_sft.py", *TREES, "--limit", "-1"], "--limit"),
     ("rs-max-per-prompt-zero", "size below its minimum", ["train_rs_sft.py", *TREES, "--rs.max_per_prompt", "0"],
      "max_per_prompt"),
@@ -238,16 +240,19 @@ def test_parser_errors_are_one_line(capsys):
 
 
 def test_configs_refuse_bad_paths_from_python_too(tmp_path):
-    from rl.config import TrainConfig
+    from rl.config import LoopConfig, TrainConfig
 
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(ValueError, match=r"TrainConfig.output_dir '.*a-file' is a file, not a folder"):
-        TrainConfig(output_dir=str(tmp_path / "a-file"))
-    with pytest.raises(ValueError, match=r"TrainConfig.output_dir '.*a-file/run': '.*a-file' is a file, so nothing"):
-        TrainConfig(output_dir=str(tmp_path / "a-file" / "run"))
-    with pytest.raises(ValueError, match=r"TrainConfig.tree_store '.*' is a folder, not a file"):
-        TrainConfig(output_dir=str(tmp_path / "run"), tree_store=str(tmp_path))
-    with pytest.raises(ValueError, match=r"TrainConfig.output_dir '/sys/kernel/run': cannot write in '/sys/kernel'"):
-        TrainConfig(output_dir="/sys/kernel/run")
-    TrainConfig(output_dir=str(tmp_path / "new" / "run"), tree_store=str(tmp_path / "new" / "trees.jsonl"))
+    with pytest.raises(ValueError, match=r"TrainConfig.loop.output_dir '.*a-file' is a file, not a folder"):
+        TrainConfig(loop=LoopConfig(output_dir=str(tmp_path / "a-file")))
+    with pytest.raises(ValueError,
+                       match=r"TrainConfig.loop.output_dir '.*a-file/run': '.*a-file' is a file, so nothing"):
+        TrainConfig(loop=LoopConfig(output_dir=str(tmp_path / "a-file" / "run")))
+    with pytest.raises(ValueError, match=r"TrainConfig.loop.tree_store '.*' is a folder, not a file"):
+        TrainConfig(loop=LoopConfig(output_dir=str(tmp_path / "run"), tree_store=str(tmp_path)))
+    with pytest.raises(ValueError,
+                       match=r"TrainConfig.loop.output_dir '/sys/kernel/run': cannot write in '/sys/kernel'"):
+        TrainConfig(loop=LoopConfig(output_dir="/sys/kernel/run"))
+    TrainConfig(
+        loop=LoopConfig(output_dir=str(tmp_path / "new" / "run"), tree_store=str(tmp_path / "new" / "trees.jsonl")))
     assert not (tmp_path / "new").exists()  # checking creates nothing

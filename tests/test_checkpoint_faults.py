@@ -33,7 +33,7 @@ from rl.config import CriticConfig
 from rl.metrics import MEASURED, read_metrics
 from rl.trainer import SearchTrainer
 
-from test_trainer import PROBLEMS, REPO, config, digit_fraction, train_command  # noqa: F401
+from test_trainer import PROBLEMS, REPO, config, digit_fraction, merged, train_command  # noqa: F401
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -43,8 +43,8 @@ def strip(rows):
 
 
 def settings(model_dir, out, **changes):
-    return config(model_dir, out, **{"iterations": 3, "checkpoint_every": 1, "deterministic": True,
-                                     "critic": CriticConfig(enabled=True), **changes})
+    return config(model_dir, out, **merged({"loop": dict(iterations=3, checkpoint_every=1, deterministic=True),
+                                            "value": dict(critic=CriticConfig(enabled=True))}, changes))
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_a_save_keeps_the_last_k_each_complete_and_a_new_run_replaces_them(finis
     # a run that does not resume replaces an earlier run's checkpoints at its first save
     copy = tmp_path / "run"
     shutil.copytree(finished, copy, symlinks=True)
-    SearchTrainer(settings(rl_model_dir, copy, iterations=1, checkpoints_kept=3), PROBLEMS,
+    SearchTrainer(settings(rl_model_dir, copy, loop=dict(iterations=1, checkpoints_kept=3)), PROBLEMS,
                   digit_fraction).run(progress=False)
     assert [p.name for p in (copy / "checkpoints").iterdir()] == ["iteration-000001"]
     assert checkpoint.checkpoint_dir(copy).resolve().name == "iteration-000001"
@@ -148,7 +148,7 @@ def test_no_valid_checkpoint_is_one_error_naming_each_reason(run, rl_model_dir):
     (run / "checkpoints" / "iteration-000002" / "policy" / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"no valid checkpoint to resume in .*checkpoints: iteration-000003 "
                                               r"\(state.pt has .*\); iteration-000002 \(policy/model.safetensors is "
-                                              r"missing\); start a new --output_dir"):
+                                              r"missing\); start a new --loop.output_dir"):
         SearchTrainer(settings(rl_model_dir, run), PROBLEMS, digit_fraction, resume=True)
 
 

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from rl.batch import batch_from_trees
-from rl.config import CriticConfig, TrainConfig
+from rl.config import CriticConfig, LearnerConfig, LoopConfig, TrainConfig, TreeSearchConfig, ValueConfig
 from rl.learner import Learner
 from rl.metrics import MEASURED, read_metrics
 
@@ -53,11 +53,14 @@ def trees(model_dir, tmp_path_factory):
 
     from test_trainer import PROBLEMS, digit_fraction  # noqa: E402
 
-    config = TrainConfig(model=str(model_dir), output_dir=str(tmp_path_factory.mktemp("dist-trees")),
-                         prompts_per_iteration=4, strategy="mcts",
-                         mcts=MCTSConfig(num_simulations=4, num_candidates=2, leaves_per_round=2, max_step_tokens=4,
-                                         max_steps=3, step_delimiter=" ", temperature=1.0),
-                         critic=CriticConfig(enabled=False), device="cpu")
+    config = TrainConfig(
+        model=str(model_dir),
+        loop=LoopConfig(output_dir=str(tmp_path_factory.mktemp("dist-trees")), prompts_per_iteration=4),
+        search=TreeSearchConfig(strategy="mcts",
+                                mcts=MCTSConfig(num_simulations=4, num_candidates=2, leaves_per_round=2,
+                                                max_step_tokens=4, max_steps=3, step_delimiter=" ", temperature=1.0)),
+        value=ValueConfig(critic=CriticConfig(enabled=False)),
+        learner=LearnerConfig(device="cpu"))
     found, _ = SearchTrainer(config, PROBLEMS, digit_fraction).grow_trees(PROBLEMS[:4], seed=3)
     return found
 
@@ -70,8 +73,9 @@ def test_two_ranks_give_the_single_process_gradient(model_dir, trees, tmp_path, 
     subprocess.run(torchrun(str(REPO / "tests" / "dist_worker.py"), str(tmp_path / "batch.pt"), str(model_dir),
                             str(out), data_parallel), check=True, env=ENV, capture_output=True, timeout=600)
     parallel = torch.load(out)
-    learner = Learner(TrainConfig(model=str(model_dir), output_dir=str(tmp_path), device="cpu", max_grad_norm=1e9,
-                                  critic=CriticConfig(enabled=True), **options))
+    learner = Learner(TrainConfig(model=str(model_dir), loop=LoopConfig(output_dir=str(tmp_path)),
+                                  learner=LearnerConfig(device="cpu", max_grad_norm=1e9),
+                                  value=ValueConfig(critic=CriticConfig(enabled=True)), algorithm=options))
     single = {}
     for name, model, optimizer in (("policy", learner.policy, learner.optimizer),
                                    ("critic", learner.critic.model, learner.critic_optimizer)):
@@ -87,11 +91,12 @@ def test_two_ranks_give_the_single_process_gradient(model_dir, trees, tmp_path, 
 
 def train_command(model_dir, out, iterations, *extra) -> list[str]:
     return torchrun(str(REPO / "scripts" / "train.py"), "--task", "gsm8k", "--split", "test", "--limit", "16",
-                    "--model", str(model_dir), "--output_dir", str(out), "--iterations", str(iterations),
-                    "--prompts_per_iteration", "4", "--strategy", "mcts", "--mcts.num_simulations", "4",
-                    "--mcts.max_step_tokens", "6", "--mcts.max_steps", "2", "--mcts.step_delimiter", " ",
-                    "--estimator", "tree", "--lr", "3e-3", "--deterministic", "true", "--seed", "3",
-                    "--checkpoint_every", "1", "--quiet", *extra)
+                    "--model", str(model_dir), "--loop.output_dir", str(out), "--loop.iterations", str(iterations),
+                    "--loop.prompts_per_iteration", "4", "--search.strategy", "mcts",
+                    "--search.mcts.num_simulations", "4", "--search.mcts.max_step_tokens", "6",
+                    "--search.mcts.max_steps", "2", "--search.mcts.step_delimiter", " ",
+                    "--algorithm.estimator", "tree", "--learner.lr", "3e-3", "--loop.deterministic", "true",
+                    "--loop.seed", "3", "--loop.checkpoint_every", "1", "--quiet", *extra)
 
 
 def strip(rows):
@@ -125,7 +130,7 @@ def test_torchrun_trains_on_two_ranks_and_a_killed_rank_stops_the_run_and_resume
 
 
 def test_a_batch_that_does_not_share_out_evenly_is_one_clear_error(model_dir, tmp_path):
-    done = subprocess.run(train_command(model_dir, tmp_path, 1, "--prompts_per_iteration", "3"), env=ENV,
+    done = subprocess.run(train_command(model_dir, tmp_path, 1, "--loop.prompts_per_iteration", "3"), env=ENV,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode != 0
     assert "prompts_per_iteration=3 trees cannot be shared out evenly to 2 ranks" in done.stderr
@@ -134,8 +139,8 @@ def test_a_batch_that_does_not_share_out_evenly_is_one_clear_error(model_dir, tm
 def test_two_learner_ranks_over_a_two_replica_engine_pool(model_dir, tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "pooled"
-    done = subprocess.run(train_command(model_dir, out, 2, "--replicas", "2"), env=ENV, capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run(train_command(model_dir, out, 2, "--engine.replicas", "2"), env=ENV, capture_output=True,
+                          text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1]

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from planner.strategies import BestOfNConfig
-from rl.config import TrainConfig
+from rl.config import LoopConfig, TrainConfig, TreeSearchConfig
 from rl.dpo import DPOConfig, OnlineDPO, train_dpo_offline
 from rl.dpo_losses import dpo_loss
 from rl.pairs import PairConfig
@@ -143,10 +143,12 @@ def dpo_model_dir(tmp_path_factory):
     return build_tiny_llama(tmp_path_factory.mktemp("dpo-tiny"), init_std=0.1, seed=1)
 
 
-def online(model_dir, out, dpo: DPOConfig, iterations=5, **changes) -> OnlineDPO:
-    config = TrainConfig(model=str(model_dir), output_dir=str(out), iterations=iterations, prompts_per_iteration=4,
-                         strategy="best_of_n", best_of_n=BestOfNConfig(n=6, max_tokens=12, temperature=1.0), seed=0,
-                         **changes)
+def online(model_dir, out, dpo: DPOConfig, iterations=5, tree_store: str | None = None) -> OnlineDPO:
+    config = TrainConfig(model=str(model_dir),
+                         loop=LoopConfig(output_dir=str(out), iterations=iterations, prompts_per_iteration=4, seed=0,
+                                         tree_store=tree_store),
+                         search=TreeSearchConfig(strategy="best_of_n",
+                                                 best_of_n=BestOfNConfig(n=6, max_tokens=12, temperature=1.0)))
     return OnlineDPO(config, dpo, [Prompt(f"write digits {i}") for i in range(8)], digit_fraction)
 
 

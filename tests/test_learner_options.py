@@ -25,7 +25,7 @@ from rl.runtime import cpu_supports_bfloat16
 from rl.trainer import SearchTrainer
 
 from test_metrics_doc import assert_documented  # noqa: E402
-from test_trainer import PROBLEMS, digit_fraction  # noqa: E402  (tests/ is on sys.path under pytest)
+from test_trainer import PROBLEMS, digit_fraction, merged  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
 @pytest.fixture(scope="module")
@@ -35,20 +35,20 @@ def model_dir(tmp_path_factory):
 
 
 def settings(model_dir, out, **changes) -> TrainConfig:
-    fields = dict(model=str(model_dir), output_dir=str(out), prompts_per_iteration=4, strategy="best_of_n",
-                  best_of_n=BestOfNConfig(n=4, max_tokens=16, temperature=1.0),
-                  mcts=MCTSConfig(num_simulations=4, num_candidates=2, leaves_per_round=2, max_step_tokens=4,
-                                  max_steps=3, step_delimiter=" ", temperature=1.0),
-                  lr=1e-3, max_grad_norm=1e9, critic=CriticConfig(enabled=False), seed=0, device="cpu")
-    fields.update(changes)
-    return TrainConfig(**fields)
+    """The tests' TrainConfig; `changes`: parts (as dicts of the fields to change) or the model."""
+    base = dict(model=str(model_dir), loop=dict(output_dir=str(out), prompts_per_iteration=4, seed=0),
+                search=dict(strategy="best_of_n", best_of_n=BestOfNConfig(n=4, max_tokens=16, temperature=1.0),
+                            mcts=MCTSConfig(num_simulations=4, num_candidates=2, leaves_per_round=2, max_step_tokens=4,
+                                            max_steps=3, step_delimiter=" ", temperature=1.0)),
+                learner=dict(lr=1e-3, max_grad_norm=1e9, device="cpu"), value=dict(critic=CriticConfig(enabled=False)))
+    return TrainConfig(**merged(base, changes))
 
 
 @pytest.fixture(scope="module")
 def batch(model_dir, tmp_path_factory):
     """Rows of different lengths from real trees (best-of-N and MCTS), rewarded."""
     out = tmp_path_factory.mktemp("rows")
-    trainer = SearchTrainer(settings(model_dir, out, strategy="mcts"), PROBLEMS, digit_fraction)
+    trainer = SearchTrainer(settings(model_dir, out, search=dict(strategy="mcts")), PROBLEMS, digit_fraction)
     trees, _ = trainer.grow_trees(PROBLEMS[:3], seed=5)
     return batch_from_trees(trees, trainer.pad_id)
 
@@ -79,11 +79,12 @@ def test_micro_batches_accumulate_the_full_batch_gradient(model_dir, tmp_path, b
     (gradients here are ~1e-2) holds on any CPU."""
     unit = (max(len(p) for p in batch.packs) if packing else int(batch.attention_mask.sum(-1).max()))
     for aggregation in ("token_mean", "seq_mean_token_mean"):
-        base = dict(critic=CriticConfig(enabled=True, lr=1e-3), packing=packing,
-                    loss={"aggregation": aggregation, "entropy_coef": 0.01})
-        full = first_gradients(settings(model_dir, tmp_path, **base), batch)
-        micro = first_gradients(settings(model_dir, tmp_path, micro_batch_tokens=unit + 3, **base), batch)
-        assert len(Learner(settings(model_dir, tmp_path, micro_batch_tokens=unit + 3, packing=packing))
+        base = dict(value=dict(critic=CriticConfig(enabled=True, lr=1e-3)),
+                    algorithm=dict(loss={"aggregation": aggregation, "entropy_coef": 0.01}))
+        full = first_gradients(settings(model_dir, tmp_path, **base, learner=dict(packing=packing)), batch)
+        micro = first_gradients(settings(model_dir, tmp_path, **base,
+                                         learner=dict(packing=packing, micro_batch_tokens=unit + 3)), batch)
+        assert len(Learner(settings(model_dir, tmp_path, learner=dict(micro_batch_tokens=unit + 3, packing=packing)))
                    .micro_batches(batch, range(len(batch)))) > 1  # really split
         for name in ("policy", "critic"):
             assert full[name].abs().max() > 1e-4, name
@@ -96,7 +97,7 @@ def test_gradient_checkpointing_and_chunked_logprobs_keep_the_gradient(model_dir
     full = first_gradients(settings(model_dir, tmp_path), batch)["policy"]
     for changes in ({"gradient_checkpointing": True}, {"logprob_chunk": 7}, {"packing": False},
                     {"gradient_checkpointing": True, "logprob_chunk": 5, "micro_batch_tokens": 200, "packing": False}):
-        other = first_gradients(settings(model_dir, tmp_path, **changes), batch)["policy"]
+        other = first_gradients(settings(model_dir, tmp_path, learner=changes), batch)["policy"]
         torch.testing.assert_close(other, full, rtol=0, atol=1e-5, msg=str(changes))
 
 
@@ -118,18 +119,19 @@ def test_bfloat16_update_is_finite_moves_the_weights_and_is_close_to_float32(mod
     bounds below (cosine >= 0.99, relative L2 error <= 10%) leave room for any CPU's bf16 kernels. A CPU
     without bf16 instructions must refuse bfloat16 with one clear error instead."""
     if not cpu_supports_bfloat16():
-        with pytest.raises(ValueError, match=r"TrainConfig.dtype='bfloat16' on the CPU needs bf16 instructions"):
-            Learner(settings(model_dir, tmp_path, dtype="bfloat16"))
+        with pytest.raises(ValueError,
+                           match=r"TrainConfig.learner.dtype='bfloat16' on the CPU needs bf16 instructions"):
+            Learner(settings(model_dir, tmp_path, learner=dict(dtype="bfloat16")))
         return
     fp32 = first_gradients(settings(model_dir, tmp_path), batch)["policy"]
-    learner = Learner(settings(model_dir, tmp_path, dtype="bfloat16"))
+    learner = Learner(settings(model_dir, tmp_path, learner=dict(dtype="bfloat16")))
     before = torch.cat([p.detach().flatten().clone() for p in learner.policy.parameters()])
     metrics = learner.update(batch, iteration=0)
     after = torch.cat([p.detach().flatten() for p in learner.policy.parameters()])
     assert metrics["policy_skipped"] == 0.0 and math.isfinite(metrics["pg_loss"])
     assert (after - before).abs().max() > 1e-4
     assert all(p.dtype == torch.float32 for p in learner.policy.parameters())  # float32 master weights
-    bf16 = first_gradients(settings(model_dir, tmp_path, dtype="bfloat16"), batch)["policy"]
+    bf16 = first_gradients(settings(model_dir, tmp_path, learner=dict(dtype="bfloat16")), batch)["policy"]
     cosine = torch.nn.functional.cosine_similarity(bf16, fp32, dim=0)
     assert cosine >= 0.99, float(cosine)
     assert (bf16 - fp32).norm() <= 0.1 * fp32.norm()
@@ -150,7 +152,8 @@ def test_tis_weights_and_mismatch_metrics_by_hand():
 
 
 def test_bfloat16_engine_float32_learner_logs_the_mismatch_and_tis_weighs_it(model_dir, tmp_path):
-    trainer = SearchTrainer(settings(model_dir, tmp_path, engine_dtype="bfloat16", tis_cap=2.0, iterations=1),
+    trainer = SearchTrainer(settings(model_dir, tmp_path, engine=dict(dtype="bfloat16"), algorithm=dict(tis_cap=2.0),
+                                     loop=dict(iterations=1)),
                             PROBLEMS, digit_fraction)
     metrics = trainer.step()
     assert metrics["engine_learner_logprob_gap"] > 1e-3  # a bfloat16 engine really differs
@@ -167,8 +170,8 @@ def test_hot_samples_are_weighted_by_pi_over_mu_and_the_first_ratio_is_one(model
     from transformers import AutoModelForCausalLM
 
     hot, cap = 1.6, 2.0
-    config = settings(model_dir, tmp_path, best_of_n=BestOfNConfig(n=4, max_tokens=16, temperature=hot), tis_cap=cap,
-                      minibatches=2)
+    config = settings(model_dir, tmp_path, search=dict(best_of_n=BestOfNConfig(n=4, max_tokens=16, temperature=hot)),
+                      algorithm=dict(tis_cap=cap), learner=dict(minibatches=2))
     trainer = SearchTrainer(config, PROBLEMS, digit_fraction)
     trees, _ = trainer.grow_trees(PROBLEMS[:4], seed=3)
     batch = batch_from_trees(trees, trainer.pad_id)
@@ -204,15 +207,17 @@ def test_hot_samples_are_weighted_by_pi_over_mu_and_the_first_ratio_is_one(model
 
 
 def test_a_hot_search_without_importance_weights_is_refused(model_dir, tmp_path):
-    with pytest.raises(ValueError, match=r"mcts.temperature=1.6 .* off-policy: set tis_cap"):
-        settings(model_dir, tmp_path, strategy="mcts", mcts=MCTSConfig(num_simulations=4, temperature=1.6))
+    with pytest.raises(ValueError, match=r"search.mcts.temperature=1.6 .* off-policy: set algorithm.tis_cap"):
+        settings(model_dir, tmp_path, search=dict(strategy="mcts", mcts=MCTSConfig(num_simulations=4,
+                                                                                   temperature=1.6)))
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"tis_cap": 2.0, "old_logprobs": "engine"}, r"tis_cap .* needs old_logprobs='learner'"),
-    ({"micro_batch_tokens": 1}, r"micro_batch_tokens must be an integer >= 2"),
-    ({"dtype": "float16"}, r"dtype must be one of \['float32', 'bfloat16'\]"),
-    ({"engine_memory_fraction": 1.5}, r"engine_memory_fraction must be a number in \(0, 1\)"),
+    ({"algorithm": {"tis_cap": 2.0, "old_logprobs": "engine"}},
+     r"TrainConfig.algorithm.tis_cap .* needs algorithm.old_logprobs='learner'"),
+    ({"learner": {"micro_batch_tokens": 1}}, r"TrainConfig.learner.micro_batch_tokens must be an integer >= 2"),
+    ({"learner": {"dtype": "float16"}}, r"TrainConfig.learner.dtype must be one of \['float32', 'bfloat16'\]"),
+    ({"engine": {"memory_fraction": 1.5}}, r"TrainConfig.engine.memory_fraction must be a number in \(0, 1\)"),
 ])
 def test_bad_learner_options_raise_one_clear_error(model_dir, tmp_path, changes, message):
     with pytest.raises(ValueError, match=message):
@@ -223,14 +228,14 @@ def test_bfloat16_on_a_cpu_without_bf16_instructions_is_refused(model_dir, tmp_p
     import rl.runtime
     monkeypatch.setattr(rl.runtime, "cpu_supports_bfloat16", lambda: False)
     with pytest.raises(ValueError, match="needs bf16 instructions .* use dtype='float32'"):
-        settings(model_dir, tmp_path, dtype="bfloat16")
+        settings(model_dir, tmp_path, learner=dict(dtype="bfloat16"))
 
 
 def test_a_row_longer_than_the_micro_batch_budget_is_a_clear_error(model_dir, tmp_path, batch):
-    learner = Learner(settings(model_dir, tmp_path, micro_batch_tokens=4, packing=False))
+    learner = Learner(settings(model_dir, tmp_path, learner=dict(micro_batch_tokens=4, packing=False)))
     with pytest.raises(ValueError, match=r"a row of \d+ tokens does not fit micro_batch_tokens=4: set "
                                          r"micro_batch_tokens >= \d+"):
         learner.update(batch, iteration=0)
-    learner = Learner(settings(model_dir, tmp_path, micro_batch_tokens=4))
+    learner = Learner(settings(model_dir, tmp_path, learner=dict(micro_batch_tokens=4)))
     with pytest.raises(ValueError, match=r"a packed tree of \d+ tokens does not fit micro_batch_tokens=4"):
         learner.update(batch, iteration=0)

@@ -101,8 +101,9 @@ def test_the_filter_keeps_the_verified_responses_the_verifier_finds_likely(model
 
 def test_the_loop_verifier_values_every_search_and_learns_from_the_trees(model_dir, tmp_path):
     loop = LoopVerifierConfig(model=str(model_dir), steps=5, batch_size=4)
-    trainer = SearchTrainer(config(model_dir, tmp_path, strategy="mcts", iterations=2, critic=CriticConfig(enabled=False),
-                                   loop_verifier=loop), PROBLEMS, has_digit)
+    trainer = SearchTrainer(config(model_dir, tmp_path, search=dict(strategy="mcts"), loop=dict(iterations=2),
+                                   value=dict(critic=CriticConfig(enabled=False), loop_verifier=loop)), PROBLEMS,
+                            has_digit)
     scorer = trainer._scorer(PROBLEMS[0])
     assert not isinstance(scorer, VerifierOracleScorer) and scorer.model is trainer.loop_verifier.model
     start = {k: v.clone() for k, v in trainer.loop_verifier.model.named_parameters()}
@@ -113,15 +114,15 @@ def test_the_loop_verifier_values_every_search_and_learns_from_the_trees(model_d
     moved = [k for k, v in trainer.loop_verifier.model.named_parameters() if not torch.equal(v, start[k])]
     assert moved  # it trained
     assert (tmp_path / "checkpoint" / "loop_value" / "scorer.json").is_file()  # inside each checkpoint
-    resumed = SearchTrainer(config(model_dir, tmp_path, strategy="mcts", iterations=2,
-                                   critic=CriticConfig(enabled=False), loop_verifier=loop),
+    resumed = SearchTrainer(config(model_dir, tmp_path, search=dict(strategy="mcts"), loop=dict(iterations=2),
+                                   value=dict(critic=CriticConfig(enabled=False), loop_verifier=loop)),
                             PROBLEMS, has_digit, resume=True)
     assert resumed.loop_verifier.correct == trainer.loop_verifier.correct
 
 
 def test_one_value_guides_the_search(model_dir, tmp_path):
-    with pytest.raises(ValueError, match="scorer and loop_verifier.model both name"):
-        config(model_dir, tmp_path, strategy="mcts", scorer=str(model_dir),
-               loop_verifier=LoopVerifierConfig(model=str(model_dir)))
-    with pytest.raises(ValueError, match=r"LoopVerifierConfig.steps must be an integer >= 1; got 0"):
+    with pytest.raises(ValueError, match="search.scorer and value.loop_verifier.model both name"):
+        config(model_dir, tmp_path, search=dict(strategy="mcts", scorer=str(model_dir)),
+               value=dict(loop_verifier=LoopVerifierConfig(model=str(model_dir))))
+    with pytest.raises(ValueError, match=r"TrainConfig.value.loop_verifier.steps must be an integer >= 1; got 0"):
         LoopVerifierConfig(model=str(model_dir), steps=0)

@@ -17,7 +17,7 @@ import torch
 
 from planner.tree import ROOT, SearchTree
 from rl.batch import batch_from_trees
-from rl.config import CriticConfig, TrainConfig
+from rl.config import CriticConfig, LearnerConfig, LoopConfig, TrainConfig, TreeSearchConfig, ValueConfig
 from rl.critic import ValueCritic
 from rl.forward import PolicyForward, ValueForward, token_logprobs
 from rl.learner import Learner
@@ -98,9 +98,10 @@ def models(model_dir):
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), critic
 
 
-def learner(model_dir, tmp_path, packing: bool, **changes) -> Learner:
-    config = TrainConfig(model=str(model_dir), output_dir=str(tmp_path), device="cpu", packing=packing,
-                         critic=CriticConfig(enabled=True), **changes)
+def learner(model_dir, tmp_path, packing: bool) -> Learner:
+    config = TrainConfig(model=str(model_dir), loop=LoopConfig(output_dir=str(tmp_path)),
+                         learner=LearnerConfig(device="cpu", packing=packing),
+                         value=ValueConfig(critic=CriticConfig(enabled=True)))
     return Learner(config)
 
 
@@ -191,8 +192,11 @@ def test_a_model_without_position_ids_falls_back_to_rows(tmp_path, caplog):
     BloomForCausalLM(BloomConfig(vocab_size=len(tokenizer), hidden_size=32, n_layer=1, n_head=2)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     with caplog.at_level(logging.WARNING, logger="rl.learner"):
-        run = Learner(TrainConfig(model=str(folder), output_dir=str(tmp_path), device="cpu", packing=True,
-                                  critic=CriticConfig(enabled=False)))
+        run = Learner(TrainConfig(
+            model=str(folder),
+            loop=LoopConfig(output_dir=str(tmp_path)),
+            learner=LearnerConfig(device="cpu", packing=True),
+            value=ValueConfig(critic=CriticConfig(enabled=False))))
     assert not run.packed and "tree packing is not supported for this model" in caplog.text
     batch = batch_from_trees([mcts_shaped()], pad_token_id=0)
     logp, _, width = run.forward(run.policy_forward, batch, list(range(len(batch))), run.device, "none")
@@ -214,11 +218,15 @@ def test_an_rl_run_with_packing_reaches_the_metrics_of_one_without(model_dir, tm
 
     histories = []
     for packing in (True, False):
-        config = TrainConfig(model=str(model_dir), output_dir=str(tmp_path / str(packing)), iterations=2,
-                             prompts_per_iteration=4, strategy="mcts", lr=1e-4, minibatches=2, packing=packing,
-                             mcts=MCTSConfig(num_simulations=4, num_candidates=2, leaves_per_round=2, max_step_tokens=4,
-                                             max_steps=3, step_delimiter=" ", temperature=1.0),
-                             critic=CriticConfig(lr=1e-3), device="cpu", seed=0)
+        config = TrainConfig(
+            model=str(model_dir),
+            loop=LoopConfig(output_dir=str(tmp_path / str(packing)), iterations=2, prompts_per_iteration=4, seed=0),
+            search=TreeSearchConfig(strategy="mcts",
+                                    mcts=MCTSConfig(num_simulations=4, num_candidates=2, leaves_per_round=2,
+                                                    max_step_tokens=4, max_steps=3, step_delimiter=" ",
+                                                    temperature=1.0)),
+            learner=LearnerConfig(lr=1e-4, minibatches=2, packing=packing, device="cpu"),
+            value=ValueConfig(critic=CriticConfig(lr=1e-3)))
         histories.append(SearchTrainer(config, PROBLEMS, digit_fraction).run(progress=False))
     measured = MEASURED
     for packed, rows in zip(*histories):

@@ -26,7 +26,7 @@ from planner.policy.routing import assign_replicas, generation_suffix, routing_k
 from planner.scorers import Scorer
 from planner.solve import solve_batch
 from planner.strategies import MCTSConfig
-from rl.config import CriticConfig, TrainConfig
+from rl.config import CriticConfig, EngineConfig, LearnerConfig, LoopConfig, TrainConfig, TreeSearchConfig, ValueConfig
 from rl.metrics import read_metrics
 from rl.trainer import SearchTrainer
 
@@ -154,11 +154,15 @@ def digit_fraction(text: str, problem) -> float:
 def trained(session, tiny_model_dir, tmp_path_factory):
     """2 RL iterations (MCTS trees, GRPO) whose engine is a 2-replica transformers pool."""
     out = tmp_path_factory.mktemp("pool-train")
-    config = TrainConfig(model=str(tiny_model_dir), output_dir=str(out), backend="hf", engine_replicas=2,
-                         iterations=2, prompts_per_iteration=4, strategy="mcts", lr=1e-2, seed=0,
-                         critic=CriticConfig(enabled=False),
-                         mcts=MCTSConfig(num_simulations=4, max_step_tokens=4, max_steps=3, step_delimiter=" ",
-                                         temperature=1.0))
+    config = TrainConfig(
+        model=str(tiny_model_dir),
+        loop=LoopConfig(output_dir=str(out), iterations=2, prompts_per_iteration=4, seed=0),
+        engine=EngineConfig(backend="hf", replicas=2),
+        search=TreeSearchConfig(strategy="mcts",
+                                mcts=MCTSConfig(num_simulations=4, max_step_tokens=4, max_steps=3, step_delimiter=" ",
+                                                temperature=1.0)),
+        learner=LearnerConfig(lr=1e-2),
+        value=ValueConfig(critic=CriticConfig(enabled=False)))
     trainer = SearchTrainer(config, [Prompt(f"write digits {i}") for i in range(8)], digit_fraction)
     session.pools.append(trainer.engine)
     history = trainer.run(progress=False)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from planner.strategies import BestOfNConfig
-from rl.config import TrainConfig
+from rl.config import LoopConfig, TrainConfig, TreeSearchConfig
 from rl.rs_sft import RejectionSamplingSFT, RSSFTConfig, kept_data, select_best_leaves
 
 
@@ -45,8 +45,10 @@ def test_rounds_keep_data_train_every_parameter_and_raise_the_reward(tmp_path):
     from planner.policy.local_models import build_tiny_llama
 
     model = build_tiny_llama(tmp_path / "m", init_std=0.1, seed=1)
-    config = TrainConfig(model=str(model), output_dir=str(tmp_path / "run"), iterations=8, prompts_per_iteration=4,
-                         strategy="best_of_n", best_of_n=BestOfNConfig(n=6, max_tokens=12, temperature=1.0))
+    config = TrainConfig(
+        model=str(model),
+        loop=LoopConfig(output_dir=str(tmp_path / "run"), iterations=8, prompts_per_iteration=4),
+        search=TreeSearchConfig(strategy="best_of_n", best_of_n=BestOfNConfig(n=6, max_tokens=12, temperature=1.0)))
     trainer = RejectionSamplingSFT(config, RSSFTConfig(min_reward=0.15, max_per_prompt=2, lr=3e-3, epochs=2),
                                    [Prompt(f"write digits {i}") for i in range(8)], digit_fraction)
     before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}

@@ -332,8 +332,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO)
 
 
-def test_cli_help_lists_every_option():
-    result = _cli("--help")
+def test_cli_help_all_lists_every_option():
+    result = _cli("--help-all")
     assert result.returncode == 0, result.stderr
     from dataclasses import fields
 
@@ -368,7 +368,7 @@ def test_cli_smoke_run_on_a_task_file(tiny_model_dir, tmp_path, capsys):
     lines = [json.dumps({"question": q, "answer": f"#### {a}"}) for q, a in [("1+1", 2), ("2+2", 4)]]
     data.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    assert _script().main(["--model", str(tiny_model_dir), "--task", "gsm8k", "--path", str(data), "--offset", "1",
+    assert _script().main(["--model", str(tiny_model_dir), "--task", "gsm8k", "--task_path", str(data), "--offset", "1",
                            "--size", "best_of_n=1,2", "--seeds", "0", "3", "--max_tokens", "4", "--band", "std",
                            "--quiet", "--out", str(out)]) == 0
     rows = read_csv(out / "results.csv")
@@ -380,7 +380,7 @@ def test_cli_smoke_run_on_a_task_file(tiny_model_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--path", "{tmp}/gone.jsonl"], "does not exist"),
+    (["--task_path", "{tmp}/gone.jsonl"], "does not exist"),
     (["--size", "best_of_n=1,x"], "--size expects STRATEGY=S1,S2,... with integer sizes; got 'best_of_n=1,x'"),
     (["--set", "n=4"], "--set expects STRATEGY.NAME=VALUE; got 'n=4'"),
     (["--set", "best_of_n.bogus=1"], "BestOfNConfig has no option(s) ['bogus']"),

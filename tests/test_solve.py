@@ -139,7 +139,7 @@ def test_script_errors_are_one_clear_line(tmp_path, capsys):
     script = load_script()
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--model", str(tmp_path / "nowhere"), "--problem", "x"])
-    assert exit_info.value.code == 2 and "no model folder there" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--model: no model folder at" in capsys.readouterr().err
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SystemExit):
         script.main(["--model", str(tmp_path), "--problem", "x", "--strategy", "mcts", "--set", "beams=3"])

@@ -181,7 +181,7 @@ def test_missing_math_verify_fails_at_load_not_at_reward(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("command", [
     ["train.py", "--task", "custom", "--task_path", "{data}", "--answer_field", "solution"],
-    ["scaling.py", "--task", "custom", "--path", "{data}", "--answer_field", "solution", "--out", "{out}"],
+    ["scaling.py", "--task", "custom", "--task_path", "{data}", "--answer_field", "solution", "--out", "{out}"],
     ["train_rs_sft.py", "--task", "custom", "--task_path", "{data}", "--answer_field", "solution"],
 ], ids=["train", "scaling", "rs_sft"])
 def test_scripts_report_bad_data_before_the_model(tmp_path, command):

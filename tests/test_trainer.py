@@ -40,15 +40,24 @@ SEARCH = dict(best_of_n=BestOfNConfig(n=6, max_tokens=12, temperature=1.0),
               mcts=MCTSConfig(num_simulations=6, max_step_tokens=4, max_steps=3, step_delimiter=" ", temperature=1.0))
 
 
+def merged(base: dict, changes: dict) -> dict:
+    """`base` (TrainConfig's fields, its parts as dicts) with `changes` applied part by part: a part given
+    as a dict updates those fields of the base's part."""
+    out = dict(base)
+    for key, value in changes.items():
+        out[key] = {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
 def config(model_dir, out, **changes) -> TrainConfig:
-    settings = dict(model=str(model_dir), output_dir=str(out), iterations=6, prompts_per_iteration=4,
-                    strategy="best_of_n", lr=3e-3, estimator="grpo", seed=0, **SEARCH)
-    settings.update(changes)
-    return TrainConfig(**settings)
+    """The tests' TrainConfig; `changes`: parts (as dicts of the fields to change) or the model."""
+    base = dict(model=str(model_dir), loop=dict(output_dir=str(out), iterations=6, prompts_per_iteration=4, seed=0),
+                search=dict(strategy="best_of_n", **SEARCH), learner=dict(lr=3e-3), algorithm=dict(estimator="grpo"))
+    return TrainConfig(**merged(base, changes))
 
 
 def test_grpo_raises_reward_and_changes_every_parameter(rl_model_dir, tmp_path):
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path, critic=CriticConfig(enabled=False)), PROBLEMS,
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, value=dict(critic=CriticConfig(enabled=False))), PROBLEMS,
                             digit_fraction)
     before = {k: v.clone() for k, v in trainer.learner.policy.named_parameters()}
     history = trainer.run(progress=False)
@@ -67,8 +76,9 @@ def test_grpo_raises_reward_and_changes_every_parameter(rl_model_dir, tmp_path):
 
 
 def test_mcts_trees_train_the_critic_and_its_error_on_new_nodes_falls(rl_model_dir, tmp_path):
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path, strategy="mcts", estimator="tree", iterations=5, lr=1e-3,
-                                   critic=CriticConfig(lr=3e-3)), PROBLEMS, digit_fraction)
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, search=dict(strategy="mcts"),
+                                   algorithm=dict(estimator="tree"), loop=dict(iterations=5), learner=dict(lr=1e-3),
+                                   value=dict(critic=CriticConfig(lr=3e-3))), PROBLEMS, digit_fraction)
     history = trainer.run(progress=False)
     errors = [m["critic_heldout_mse"] for m in history]  # measured on each iteration's new trees, before training
     assert sum(errors[1:]) / 4 < 0.6 * errors[0], errors
@@ -85,8 +95,10 @@ def test_a_critic_on_a_smaller_models_trunk_learns_and_another_vocabulary_is_ref
     from planner.policy.local_models import build_tiny_llama
 
     small = build_tiny_llama(tmp_path / "small", hidden_size=16, num_layers=1, seed=2)
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path / "run", strategy="mcts", estimator="tree", iterations=5,
-                                   lr=1e-3, critic=CriticConfig(enabled=True, lr=3e-3, model=str(small))), PROBLEMS, digit_fraction)
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path / "run", search=dict(strategy="mcts"),
+                                   algorithm=dict(estimator="tree"), loop=dict(iterations=5), learner=dict(lr=1e-3),
+                                   value=dict(critic=CriticConfig(enabled=True, lr=3e-3, model=str(small)))), PROBLEMS,
+                            digit_fraction)
     trunk = trainer.learner.critic.model.config
     assert (trunk.hidden_size, trunk.num_hidden_layers) == (16, 1)  # the policy's is (64, 2)
     history = trainer.run(progress=False)
@@ -94,12 +106,14 @@ def test_a_critic_on_a_smaller_models_trunk_learns_and_another_vocabulary_is_ref
     assert sum(errors[1:]) / 4 < 0.6 * errors[0], errors
     other = build_tiny_llama(tmp_path / "other", alphabet="abc xyz", hidden_size=16, num_layers=1)
     with pytest.raises(ValueError, match="has another vocabulary than the policy .* leave CriticConfig.model empty"):
-        SearchTrainer(config(rl_model_dir, tmp_path / "bad", critic=CriticConfig(enabled=True, model=str(other))), PROBLEMS,
+        SearchTrainer(config(rl_model_dir, tmp_path / "bad", value=dict(critic=CriticConfig(enabled=True,
+                                                                                            model=str(other)))),
+                      PROBLEMS,
                       digit_fraction)
 
 
 def test_a_scorer_folder_values_every_iterations_search(rl_model_dir, tmp_path):
-    """`TrainConfig.scorer`: a folder that loads as a scorer (here the policy's own weights noted as a
+    """`TrainConfig.search.scorer`: a folder that loads as a scorer (here the policy's own weights noted as a
     generative verifier) guides the search from the first iteration on, and its FLOPs are logged."""
     import shutil
 
@@ -109,7 +123,8 @@ def test_a_scorer_folder_values_every_iterations_search(rl_model_dir, tmp_path):
     verifier = tmp_path / "verifier"
     shutil.copytree(rl_model_dir, verifier)
     (verifier / SCORER_FILE).write_text(json.dumps({"format": "likelihood"}))
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path / "run", strategy="mcts", iterations=2, scorer=str(verifier)),
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path / "run", search=dict(strategy="mcts", scorer=str(verifier)),
+                                   loop=dict(iterations=2)),
                             PROBLEMS, digit_fraction)
     assert isinstance(trainer._scorer(PROBLEMS[0]), LikelihoodVerifier)
     history = trainer.run(progress=False)
@@ -117,13 +132,14 @@ def test_a_scorer_folder_values_every_iterations_search(rl_model_dir, tmp_path):
     assert all(m["scorer_flops"] > 0 and m["scorer_flops"] % per_token == 0 for m in history), history
     assert trainer._scorer(PROBLEMS[0]) is trainer.search_scorer  # not the critic after the first iteration
     with pytest.raises(ValueError, match="scorer format must be one of"):
-        SearchTrainer(config(rl_model_dir, tmp_path / "bad", strategy="mcts", scorer=str(rl_model_dir)), PROBLEMS,
+        SearchTrainer(config(rl_model_dir, tmp_path / "bad", search=dict(strategy="mcts", scorer=str(rl_model_dir))),
+                      PROBLEMS,
                       digit_fraction)
 
 
 def test_ppo_with_gae_runs_and_fits_the_value(rl_model_dir, tmp_path):
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path, estimator="gae", iterations=3,
-                                   critic=CriticConfig(target="gae", lr=3e-3)), PROBLEMS, digit_fraction)
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, algorithm=dict(estimator="gae"), loop=dict(iterations=3),
+                                   value=dict(critic=CriticConfig(target="gae", lr=3e-3))), PROBLEMS, digit_fraction)
     history = trainer.run(progress=False)
     assert all(torch.isfinite(torch.tensor(m["value_loss"])) for m in history)
     assert history[-1]["value_loss"] < history[0]["value_loss"]
@@ -158,8 +174,9 @@ def test_engine_logprobs_as_old_logprobs_give_the_same_update(rl_model_dir, tmp_
     start from weights that went through Adam)."""
     grads, gaps = [], []
     for source in ("learner", "engine"):
-        trainer = SearchTrainer(config(rl_model_dir, tmp_path / source, iterations=1, minibatches=2,
-                                       old_logprobs=source, critic=CriticConfig(enabled=False)), PROBLEMS,
+        trainer = SearchTrainer(config(rl_model_dir, tmp_path / source, loop=dict(iterations=1),
+                                       learner=dict(minibatches=2), algorithm=dict(old_logprobs=source),
+                                       value=dict(critic=CriticConfig(enabled=False))), PROBLEMS,
                                 digit_fraction)
         grad, metrics = first_update_gradient(trainer)
         grads.append(grad)
@@ -170,7 +187,8 @@ def test_engine_logprobs_as_old_logprobs_give_the_same_update(rl_model_dir, tmp_
 
 
 def test_nan_loss_skips_the_update_without_changing_weights(rl_model_dir, tmp_path, caplog):
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path, iterations=1, critic=CriticConfig(enabled=False)),
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, loop=dict(iterations=1),
+                                   value=dict(critic=CriticConfig(enabled=False))),
                             PROBLEMS, lambda text, p: float("nan"))
     before = {k: v.clone() for k, v in trainer.learner.policy.named_parameters()}
     with caplog.at_level(logging.WARNING, logger="rl.trainer"):
@@ -183,9 +201,9 @@ def test_nan_loss_skips_the_update_without_changing_weights(rl_model_dir, tmp_pa
 def test_trees_and_rows_carry_the_system_message_and_prefill(rl_model_dir, tmp_path):
     """The prompt the engine samples from and the learner trains on is the chat template with the
     configured system message and assistant prefill (written out by hand for the char template)."""
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path, iterations=1, prompts_per_iteration=2,
-                                   system_prompt="Digits only.", assistant_prefill="1",
-                                   critic=CriticConfig(enabled=False)), PROBLEMS[:2], digit_fraction)
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, loop=dict(iterations=1, prompts_per_iteration=2),
+                                   engine=dict(system_prompt="Digits only.", assistant_prefill="1"),
+                                   value=dict(critic=CriticConfig(enabled=False))), PROBLEMS[:2], digit_fraction)
     tok = trainer.tokenizer
     expected = tok.encode("<|system|>Digits only.\n<|user|>write digits 0\n<|assistant|>1", add_special_tokens=False)
     assert trainer.prompt_ids(PROBLEMS[0]) == expected
@@ -201,8 +219,9 @@ def test_trees_and_rows_carry_the_system_message_and_prefill(rl_model_dir, tmp_p
 
 
 def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path, iterations=1, trainable=r"model\.layers\.1\.|lm_head",
-                                   critic=CriticConfig(enabled=False)), PROBLEMS, digit_fraction)
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, loop=dict(iterations=1),
+                                   learner=dict(trainable=r"model\.layers\.1\.|lm_head"),
+                                   value=dict(critic=CriticConfig(enabled=False))), PROBLEMS, digit_fraction)
     before = {k: v.clone() for k, v in trainer.learner.policy.named_parameters()}
     trainer.run(progress=False)
     moved = {k for k, v in trainer.learner.policy.named_parameters() if not torch.equal(v, before[k])}
@@ -213,7 +232,8 @@ def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
     served = trainer.engine.model.state_dict()  # the whole model is pushed into the engine
     assert all(torch.equal(served[k], v) for k, v in trainer.learner.policy.state_dict().items())
     with pytest.raises(ValueError, match=r"trainable='nothing' matches none of the policy's parameters"):
-        SearchTrainer(config(rl_model_dir, tmp_path / "none", trainable="nothing"), PROBLEMS, digit_fraction)
+        SearchTrainer(config(rl_model_dir, tmp_path / "none", learner=dict(trainable="nothing")), PROBLEMS,
+                      digit_fraction)
 
 
 def test_progress_shows_each_phase_of_an_iteration_only_when_asked(rl_model_dir, tmp_path, capsys):
@@ -230,14 +250,20 @@ def test_progress_shows_each_phase_of_an_iteration_only_when_asked(rl_model_dir,
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"estimator": "ppo2"}, r"estimator must be one of \[.*'grpo'.*\]; got 'ppo2'"),
-    ({"minibatches": 3}, r"not divisible into minibatches=3"),
-    ({"strategy": "dfs"}, r"strategy must be one of"),
-    ({"estimator": "grpo", "critic": CriticConfig(target="gae")}, r"critic.target='gae' regresses GAE returns"),
-    ({"mcts": MCTSConfig(temperature=0.0), "strategy": "mcts"}, r"mcts.temperature must be a number > 0"),
-    ({"old_logprobs": "cache"}, r"old_logprobs must be one of \['engine', 'learner'\]; got 'cache'"),
-    ({"trainable": "layers.("}, r"trainable must be a regular expression or None .*; got 'layers.\('"),
-    ({"estimator": "gae", "critic": CriticConfig(enabled=False)}, r"'gae' needs the critic"),
+    ({"algorithm": {"estimator": "ppo2"}},
+     r"TrainConfig.algorithm.estimator must be one of \[.*'grpo'.*\]; got 'ppo2'"),
+    ({"learner": {"minibatches": 3}}, r"not divisible into learner.minibatches=3"),
+    ({"search": {"strategy": "dfs"}}, r"TrainConfig.search.strategy must be one of"),
+    ({"algorithm": {"estimator": "grpo"}, "value": {"critic": CriticConfig(target="gae")}},
+     r"value.critic.target='gae' regresses GAE returns"),
+    ({"search": {"mcts": MCTSConfig(temperature=0.0), "strategy": "mcts"}},
+     r"TrainConfig.search.mcts.temperature must be a number > 0"),
+    ({"algorithm": {"old_logprobs": "cache"}},
+     r"TrainConfig.algorithm.old_logprobs must be one of \['engine', 'learner'\]; got 'cache'"),
+    ({"learner": {"trainable": "layers.("}},
+     r"TrainConfig.learner.trainable must be a regular expression or None .*; got 'layers.\('"),
+    ({"algorithm": {"estimator": "gae"}, "value": {"critic": CriticConfig(enabled=False)}},
+     r"TrainConfig.algorithm.estimator='gae' needs the critic"),
 ])
 def test_bad_configs_raise_one_clear_error(changes, message, tmp_path):
     with pytest.raises(ValueError, match=message):
@@ -250,13 +276,15 @@ def test_a_critic_is_built_only_when_something_reads_it(tmp_path):
     def trains(**changes):
         return config("unused-model", tmp_path, **changes).trains_critic
 
+    mcts = {"strategy": "mcts"}
     assert not trains()  # GRPO over best-of-N groups reads no value
-    assert trains(strategy="mcts")  # it guides the search from the second iteration on
-    assert not trains(strategy="mcts", scorer="some-scorer-folder")  # a scorer folder guides it instead
-    assert not trains(strategy="mcts", loop_verifier=LoopVerifierConfig(model="some-folder"))
-    assert not trains(strategy="mcts", critic=CriticConfig(use_as_scorer=False))
-    assert trains(estimator="gae", critic=CriticConfig(target="gae"))  # GAE reads its values
-    assert trains(critic=CriticConfig(enabled=True)) and not trains(strategy="mcts", critic=CriticConfig(enabled=False))
+    assert trains(search=mcts)  # it guides the search from the second iteration on
+    assert not trains(search={**mcts, "scorer": "some-scorer-folder"})  # a scorer folder guides it instead
+    assert not trains(search=mcts, value={"loop_verifier": LoopVerifierConfig(model="some-folder")})
+    assert not trains(search=mcts, value={"critic": CriticConfig(use_as_scorer=False)})
+    assert trains(algorithm={"estimator": "gae"}, value={"critic": CriticConfig(target="gae")})  # GAE reads its values
+    assert trains(value={"critic": CriticConfig(enabled=True)})
+    assert not trains(search=mcts, value={"critic": CriticConfig(enabled=False)})
 
 
 def test_bad_loss_epsilon_raises():
@@ -266,10 +294,11 @@ def test_bad_loss_epsilon_raises():
 
 def train_command(model_dir, out, iterations, *extra):
     return [sys.executable, str(REPO / "scripts" / "train.py"), "--task", "gsm8k", "--split", "test", "--limit", "8",
-            "--model", str(model_dir), "--output_dir", str(out), "--iterations", str(iterations),
-            "--prompts_per_iteration", "2", "--strategy", "mcts", "--mcts.num_simulations", "4",
-            "--mcts.max_step_tokens", "6", "--mcts.max_steps", "2", "--mcts.step_delimiter", " ", "--estimator", "tree",
-            "--lr", "3e-3", "--deterministic", "true", "--seed", "3", "--checkpoint_every", "1", "--quiet", *extra]
+            "--model", str(model_dir), "--loop.output_dir", str(out), "--loop.iterations", str(iterations),
+            "--loop.prompts_per_iteration", "2", "--search.strategy", "mcts", "--search.mcts.num_simulations", "4",
+            "--search.mcts.max_step_tokens", "6", "--search.mcts.max_steps", "2", "--search.mcts.step_delimiter", " ",
+            "--algorithm.estimator", "tree", "--learner.lr", "3e-3", "--loop.deterministic", "true", "--loop.seed", "3",
+            "--loop.checkpoint_every", "1", "--quiet", *extra]
 
 
 @pytest.mark.vllm
@@ -279,8 +308,9 @@ def test_vllm_engine_logprobs_equal_the_learners_after_each_weight_push(rl_model
     over as they are): after every push it samples with the learner's weights. On the CPU the engine's
     sleep around the learner phase is a no-op (no accelerator memory to free): ~microseconds."""
     pytest.importorskip("vllm")
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path, backend="vllm", iterations=3, debug=True,
-                                   engine_in_process=in_process, critic=CriticConfig(enabled=False)), PROBLEMS,
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, engine=dict(backend="vllm", in_process=in_process),
+                                   loop=dict(iterations=3, debug=True),
+                                   value=dict(critic=CriticConfig(enabled=False))), PROBLEMS,
                             digit_fraction)
     history = trainer.run(progress=False)  # debug=True raises if the gap exceeds 1e-3
     trainer.engine.close()

@@ -12,7 +12,7 @@ from rl.config import CriticConfig, TrainConfig
 from rl.estimators import ADVANTAGE_ESTIMATORS, NEEDS_CRITIC
 from rl.trainer import SearchTrainer
 
-from test_trainer import PROBLEMS, digit_fraction  # noqa: E402  (tests/ is on sys.path under pytest)
+from test_trainer import PROBLEMS, digit_fraction, merged  # noqa: E402  (tests/ is on sys.path under pytest)
 
 SEARCH = dict(best_of_n=BestOfNConfig(n=4, max_tokens=8, temperature=1.0),
               beam=BeamConfig(num_beams=4, beam_width=2, max_step_tokens=3, max_steps=2, step_delimiter=" ",
@@ -28,10 +28,11 @@ def model_dir(tmp_path_factory):
 
 
 def make(model_dir, out, **changes) -> SearchTrainer:
-    settings = dict(model=str(model_dir), output_dir=str(out), iterations=1, prompts_per_iteration=2,
-                    strategy="best_of_n", lr=1e-3, seed=0, critic=CriticConfig(enabled=False), **SEARCH)
-    settings.update(changes)
-    return SearchTrainer(TrainConfig(**settings), PROBLEMS, digit_fraction)
+    """A trainer of the tests' TrainConfig; `changes`: parts (as dicts of the fields to change) or the model."""
+    base = dict(model=str(model_dir), loop=dict(output_dir=str(out), iterations=1, prompts_per_iteration=2, seed=0),
+                search=dict(strategy="best_of_n", **SEARCH), learner=dict(lr=1e-3),
+                value=dict(critic=CriticConfig(enabled=False)))
+    return SearchTrainer(TrainConfig(**merged(base, changes)), PROBLEMS, digit_fraction)
 
 
 def weights(model) -> torch.Tensor:
@@ -42,7 +43,8 @@ def weights(model) -> torch.Tensor:
 @pytest.mark.parametrize("estimator", sorted(ADVANTAGE_ESTIMATORS))
 def test_every_estimator_trains_on_every_tree_shape(model_dir, tmp_path, estimator, strategy):
     critic = CriticConfig(enabled=estimator in NEEDS_CRITIC, target="gae" if estimator == "gae" else "tree")
-    trainer = make(model_dir, tmp_path, estimator=estimator, strategy=strategy, critic=critic)
+    trainer = make(model_dir, tmp_path, algorithm=dict(estimator=estimator), search=dict(strategy=strategy),
+                   value=dict(critic=critic))
     before = weights(trainer.learner.policy)
     metrics = trainer.step()
     assert metrics["policy_skipped"] == 0.0 and torch.isfinite(torch.tensor(metrics["pg_loss"]))
@@ -51,7 +53,7 @@ def test_every_estimator_trains_on_every_tree_shape(model_dir, tmp_path, estimat
 
 
 def test_several_epochs_make_more_updates(model_dir, tmp_path):
-    trainer = make(model_dir, tmp_path, epochs=3, minibatches=2, old_logprobs="learner")
+    trainer = make(model_dir, tmp_path, learner=dict(epochs=3, minibatches=2), algorithm=dict(old_logprobs="learner"))
     steps = []
     step = trainer.learner.optimizer.step
     trainer.learner.optimizer.step = lambda *a, **k: (steps.append(1), step(*a, **k))[1]
@@ -62,9 +64,9 @@ def test_several_epochs_make_more_updates(model_dir, tmp_path):
 
 @pytest.mark.parametrize("placement", ["loss", "reward"])
 def test_reference_model_kl(model_dir, tmp_path, placement):
-    changes = {"loss": {"kl_coef": 0.5}} if placement == "loss" else {"kl_placement": "reward",
-                                                                      "kl_reward_coef": 0.5}
-    trainer = make(model_dir, tmp_path, iterations=3, lr=3e-3, **changes)
+    algorithm = {"loss": {"kl_coef": 0.5}} if placement == "loss" else {"kl_placement": "reward",
+                                                                        "kl_reward_coef": 0.5}
+    trainer = make(model_dir, tmp_path, algorithm=algorithm, loop=dict(iterations=3), learner=dict(lr=3e-3))
     assert trainer.learner.reference is not None
     history = [trainer.step() for _ in range(3)]
     # the first iteration samples from the reference itself: KL 0; then the policy moves away from it
@@ -76,7 +78,8 @@ def test_reference_model_kl(model_dir, tmp_path, placement):
 
 
 def test_adaptive_kl_coefficient_moves_towards_the_target(model_dir, tmp_path):
-    trainer = make(model_dir, tmp_path, iterations=3, lr=3e-3, loss={"kl_coef": 0.1}, kl_target=1e-6)
+    trainer = make(model_dir, tmp_path, loop=dict(iterations=3), learner=dict(lr=3e-3),
+                   algorithm=dict(loss={"kl_coef": 0.1}, kl_target=1e-6))
     history = [trainer.step() for _ in range(3)]
     # Ziegler et al. 2019: beta *= 1 + clip(KL / target - 1, -0.2, 0.2) * n_rows / horizon (10,000), once
     # per iteration; the first iteration's KL is 0 (policy = reference), after that it is far above 1e-6
@@ -91,7 +94,7 @@ def test_adaptive_kl_coefficient_moves_towards_the_target(model_dir, tmp_path):
 def test_tensorboard_record_reads_back(model_dir, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    trainer = make(model_dir, tmp_path, iterations=2)
+    trainer = make(model_dir, tmp_path, loop=dict(iterations=2))
     history = trainer.run(progress=False)
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
@@ -105,8 +108,8 @@ def test_resume_from_a_checkpoint_of_another_model_fails_clearly(model_dir, tmp_
 
     make(model_dir, tmp_path).run(progress=False)  # leaves a checkpoint
     other = build_tiny_llama(tmp_path / "other", hidden_size=32, init_std=0.1, seed=2)
-    config = dict(model=str(other), output_dir=str(tmp_path), iterations=2, prompts_per_iteration=2,
-                  strategy="best_of_n", critic=CriticConfig(enabled=False), **SEARCH)
+    config = dict(model=str(other), loop=dict(output_dir=str(tmp_path), iterations=2, prompts_per_iteration=2),
+                  search=dict(strategy="best_of_n", **SEARCH), value=dict(critic=CriticConfig(enabled=False)))
     with pytest.raises(ValueError, match=r"does not match the model this run loads \(.*shape: .*resume with the "
                                          r"same --model"):
         SearchTrainer(TrainConfig(**config), PROBLEMS, digit_fraction, resume=True)
@@ -114,7 +117,7 @@ def test_resume_from_a_checkpoint_of_another_model_fails_clearly(model_dir, tmp_
 
 def test_torch_settings_are_restored_after_training(model_dir, tmp_path):
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
-    trainer = make(model_dir, tmp_path, threads=1 if threads != 1 else 2, deterministic=True)
+    trainer = make(model_dir, tmp_path, loop=dict(threads=1 if threads != 1 else 2, deterministic=True))
     trainer.step()
     assert torch.get_num_threads() == threads
     assert not torch.are_deterministic_algorithms_enabled()
@@ -134,7 +137,7 @@ import json, sys, torch
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_trainer_options import make
 threads = torch.get_num_threads()
-trainer = make({str(model_dir)!r}, {str(tmp_path)!r}, threads=1, learner_threads=2)
+trainer = make({str(model_dir)!r}, {str(tmp_path)!r}, loop=dict(threads=1), learner=dict(threads=2))
 seen = {{}}
 update, grow = trainer.learner.update, trainer.grow_trees
 trainer.learner.update = lambda *a, **k: (seen.setdefault("update", torch.get_num_threads()), update(*a, **k))[1]
@@ -146,5 +149,5 @@ print(json.dumps(seen))
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"update": 2, "search": 1, "after": True}
-    with pytest.raises(ValueError, match=r"TrainConfig.learner_threads must be an integer >= 1 or None; got 0"):
-        make(model_dir, tmp_path / "bad", learner_threads=0)
+    with pytest.raises(ValueError, match=r"TrainConfig.learner.threads must be an integer >= 1 or None; got 0"):
+        make(model_dir, tmp_path / "bad", learner=dict(threads=0))

@@ -44,7 +44,7 @@ def test_a_fresh_run_refuses_a_used_store_and_a_resumed_run_drops_later_rows(han
 
 
 def test_empty_or_missing_store_raises_one_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no tree store at .*: train with --tree_store PATH"):
+    with pytest.raises(FileNotFoundError, match="no tree store at .*: train with --loop.tree_store PATH"):
         TreeStore(tmp_path / "none.jsonl").load()
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(ValueError, match="holds no trees: write trees into it first"):

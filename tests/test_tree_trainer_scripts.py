@@ -81,16 +81,16 @@ def test_bad_input_is_one_clear_error(store_and_model, tmp_path):
                     "--output_dir", str(tmp_path / "x"), "--dpo.loss_type", "hinge")
     assert result.returncode == 2 and "invalid choice: 'hinge'" in result.stderr
     result = script("train_rs_sft.py", "--model", str(tmp_path / "none"))
-    assert result.returncode == 2 and "is not a model folder" in result.stderr
+    assert result.returncode == 2 and "--model: no model folder at" in result.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [["train_rs_sft.py", "--rs.min_reward", "0.0"], ["train_dpo.py", "online"]])
 def test_online_smoke(store_and_model, tmp_path, command):
     model, _, _ = store_and_model
-    result = script(*command, "--model", str(model), "--task", "arithmetic", "--limit", "4", "--iterations", "1",
-                    "--prompts_per_iteration", "2", "--strategy", "best_of_n", "--best_of_n.n", "3",
-                    "--best_of_n.max_tokens", "6", "--output_dir", str(tmp_path / "run"), "--quiet",
-                    "--tree_store", str(tmp_path / "trees.jsonl"))
+    result = script(*command, "--model", str(model), "--task", "arithmetic", "--limit", "4", "--loop.iterations", "1",
+                    "--loop.prompts_per_iteration", "2", "--search.strategy", "best_of_n", "--search.best_of_n.n", "3",
+                    "--search.best_of_n.max_tokens", "6", "--loop.output_dir", str(tmp_path / "run"), "--quiet",
+                    "--loop.tree_store", str(tmp_path / "trees.jsonl"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "run" / "policy" / "config.json").is_file() and len(TreeStore(tmp_path / "trees.jsonl")) == 2

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from planner.strategies import BestOfNConfig
-from rl.config import CriticConfig, TrainConfig
+from rl.config import CriticConfig, LoopConfig, TrainConfig, TreeSearchConfig, ValueConfig
 from rl.trainer import SearchTrainer
 
 
@@ -18,9 +18,11 @@ class Prompt:
 
 @pytest.mark.parametrize("reward, warned", [(0.0, True), (1.0, False)])
 def test_warns_when_every_reward_is_zero(tiny_model_dir, tmp_path, caplog, reward, warned):
-    config = TrainConfig(model=str(tiny_model_dir), output_dir=str(tmp_path), iterations=2, prompts_per_iteration=2,
-                         strategy="best_of_n", best_of_n=BestOfNConfig(n=2, max_tokens=6, temperature=1.0), seed=0,
-                         critic=CriticConfig(enabled=False))
+    config = TrainConfig(
+        model=str(tiny_model_dir),
+        loop=LoopConfig(output_dir=str(tmp_path), iterations=2, prompts_per_iteration=2, seed=0),
+        search=TreeSearchConfig(strategy="best_of_n", best_of_n=BestOfNConfig(n=2, max_tokens=6, temperature=1.0)),
+        value=ValueConfig(critic=CriticConfig(enabled=False)))
     trainer = SearchTrainer(config, [Prompt("3+5?"), Prompt("4+4?")], lambda text, problem: reward)
     with caplog.at_level(logging.WARNING, logger="rl.trainer"):
         history = trainer.run(progress=False)

@@ -134,15 +134,17 @@ def _policy_gradient(estimator: str, *, flat: bool = False, critic: bool = False
         from rl.config import CriticConfig
         from rl.trainer import SearchTrainer
 
-        changes = dict(lr=config.grpo_lr, minibatches=config.grpo_minibatches, estimator=estimator,
-                       old_logprobs="engine")
+        replace = dataclasses.replace
+        changes = dict(learner=replace(train.learner, lr=config.grpo_lr, minibatches=config.grpo_minibatches),
+                       algorithm=replace(train.algorithm, estimator=estimator, old_logprobs="engine"))
         if flat:
-            changes.update(strategy="best_of_n", best_of_n=BestOfNConfig(
-                n=config.flat_samples, temperature=train.mcts.temperature,
-                max_tokens=train.mcts.max_step_tokens * train.mcts.max_steps))
+            mcts = train.search.mcts
+            changes.update(search=replace(train.search, strategy="best_of_n", best_of_n=BestOfNConfig(
+                n=config.flat_samples, temperature=mcts.temperature, max_tokens=mcts.max_step_tokens * mcts.max_steps)))
         if critic:
-            changes.update(critic=CriticConfig(enabled=True, target="gae", use_as_scorer=False))
-        return SearchTrainer(dataclasses.replace(train, **changes), problems, task.reward,
+            changes.update(value=replace(train.value, critic=CriticConfig(enabled=True, target="gae",
+                                                                          use_as_scorer=False)))
+        return SearchTrainer(replace(train, **changes), problems, task.reward,
                              extract=task.verifier.extract, engine=engine)
     return build
 
@@ -152,7 +154,7 @@ def _dpo(train, config: ComparisonConfig, problems, task, engine):
     from rl.pairs import PairConfig
 
     dpo = DPOConfig(beta=config.dpo_beta, lr=config.dpo_lr, pairs=PairConfig(continuation=config.dpo_continuation),
-                    epochs=config.dpo_epochs, seed=train.seed)
+                    epochs=config.dpo_epochs, seed=train.loop.seed)
     return OnlineDPO(train, dpo, problems, task.reward, extract=task.verifier.extract, engine=engine)
 
 
@@ -184,7 +186,7 @@ def _trained_tokens(trainer, metrics: dict, trees_before: int) -> int:
         return int(metrics["trained_tokens"])
     stored = list(trainer.tree_store)[trees_before:]
     return sum(len(s.tree.prefix_ids(leaf)) for s in stored for leaf in s.tree.leaves()
-               if leaf and s.tree[leaf].reward is not None) * trainer.config.epochs
+               if leaf and s.tree[leaf].reward is not None) * trainer.config.learner.epochs
 
 
 def _run_settings(config: ComparisonConfig) -> dict:
@@ -200,7 +202,8 @@ def run_arm(arm: str, seed: int, config: ComparisonConfig, model_dir: Path, prob
     token budget, evaluating pass@1 at equal steps of generated tokens. A run already finished with the same
     settings (its evaluations.json) is reused, so a rerun redoes only what changed."""
     from planner.strategies import MCTSConfig
-    from rl.config import CriticConfig, TrainConfig
+    from rl.config import (CriticConfig, EngineConfig, LearnerConfig, LoopConfig, TrainConfig, TreeSearchConfig,
+                           ValueConfig)
 
     out = Path(config.output_dir) / "runs" / f"{arm}_seed{seed}"
     record, settings = out / "evaluations.json", _run_settings(config)
@@ -211,10 +214,14 @@ def run_arm(arm: str, seed: int, config: ComparisonConfig, model_dir: Path, prob
     search = MCTSConfig(num_simulations=config.simulations, num_candidates=2, step_delimiter=STEP_DELIMITER,
                         max_step_tokens=16, max_steps=8, temperature=1.0)
     engine.load_weights(start_weights)
-    train = TrainConfig(model=str(model_dir), output_dir=str(out), backend=engine.backend, iterations=10_000,
-                        prompts_per_iteration=config.prompts_per_iteration, strategy="mcts", mcts=search, seed=seed,
-                        critic=CriticConfig(enabled=False), device="cpu", tree_store=str(out / "trees.jsonl"),
-                        checkpoint_every=10_000)
+    train = TrainConfig(
+        model=str(model_dir),
+        loop=LoopConfig(output_dir=str(out), iterations=10_000, prompts_per_iteration=config.prompts_per_iteration,
+                        seed=seed, tree_store=str(out / "trees.jsonl"), checkpoint_every=10_000),
+        engine=EngineConfig(backend=engine.backend),
+        search=TreeSearchConfig(strategy="mcts", mcts=search),
+        value=ValueConfig(critic=CriticConfig(enabled=False)),
+        learner=LearnerConfig(device="cpu"))
     trainer = ARMS[arm](train, config, problems, task, engine)
     params = sum(p.numel() for p in trainer.learner.policy.parameters())
     marks = [config.token_budget * (k + 1) / config.evals for k in range(config.evals)]

@@ -103,7 +103,7 @@ class DemoConfig:
     measured at temperature 1). At 1 the trees come from the policy the update trains. Above 1 the
     search proposes the digits the policy rarely writes more often, and the update weighs each token by
     min(pi / mu, rl_tis_cap), mu the hotter distribution it was drawn from (truncated importance
-    sampling, `TrainConfig.tis_cap`)."""
+    sampling, `TrainConfig.algorithm.tis_cap`)."""
     rl_tis_cap: float = 2.0
     """Cap of the importance weights that correct a search at rl_temperature != 1; unused at 1."""
     rl_lr: float = 1e-4
@@ -123,7 +123,7 @@ class DemoConfig:
     """Train the loop value only on the verified responses whose least likely token it already gives at
     least this probability (`LoopVerifierConfig.min_likelihood`; 0: every verified response)."""
     learner_threads: int = 2
-    """Torch threads of RL's learner update (`TrainConfig.learner_threads`; the engine waits meanwhile).
+    """Torch threads of RL's learner update (`TrainConfig.learner.threads`; the engine waits meanwhile).
     Every other stage, the engine included, runs on one; the cold start and the value's start train side
     by side, one process each. Set 1 when other work shares the cores."""
     dtype: str = "float32"
@@ -233,7 +233,8 @@ def _run_demo(config: DemoConfig) -> dict:
     from planner.prm_scorers import load_scorer
     from planner.strategies import MCTSConfig
     from rl.checkpoint import iteration_dir
-    from rl.config import LoopVerifierConfig, TrainConfig
+    from rl.config import (AlgorithmConfig, EngineConfig, LearnerConfig, LoopConfig, LoopVerifierConfig,
+                           TrainConfig, TreeSearchConfig, ValueConfig)
     from rl.trainer import LOOP_VALUE, SearchTrainer
 
     start = time.perf_counter()
@@ -282,12 +283,17 @@ def _run_demo(config: DemoConfig) -> dict:
                                     unlikelihood_coef=config.loop_value_unlikelihood,
                                     min_likelihood=config.loop_value_min_likelihood) if loop else LoopVerifierConfig()
     train_config = TrainConfig(
-        model=str(sft.model_dir), output_dir=str(out / "rl"), backend=backend, iterations=config.rl_iterations,
-        prompts_per_iteration=config.rl_prompts, strategy="mcts", mcts=search, estimator=config.rl_estimator,
-        lr=config.rl_lr, minibatches=config.rl_minibatches, seed=config.seed, learner_threads=config.learner_threads,
-        loop_verifier=loop_value, scorer=None if loop else str(value_start.model_dir),
-        tis_cap=config.rl_tis_cap if config.rl_temperature != 1.0 else None,
-        dtype=config.dtype, device="cpu", old_logprobs="engine" if config.dtype == "float32" else "learner")
+        model=str(sft.model_dir),
+        loop=LoopConfig(output_dir=str(out / "rl"), iterations=config.rl_iterations,
+                        prompts_per_iteration=config.rl_prompts, seed=config.seed),
+        engine=EngineConfig(backend=backend),
+        search=TreeSearchConfig(strategy="mcts", mcts=search, scorer=None if loop else str(value_start.model_dir)),
+        algorithm=AlgorithmConfig(estimator=config.rl_estimator,
+                                  tis_cap=config.rl_tis_cap if config.rl_temperature != 1.0 else None,
+                                  old_logprobs="engine" if config.dtype == "float32" else "learner"),
+        learner=LearnerConfig(lr=config.rl_lr, minibatches=config.rl_minibatches, threads=config.learner_threads,
+                              dtype=config.dtype, device="cpu"),
+        value=ValueConfig(loop_verifier=loop_value))
     trainer = SearchTrainer(train_config, rl_problems, task.reward, extract=task.verifier.extract, engine=policy)
 
     def value_now(trainer):
@@ -306,7 +312,7 @@ def _run_demo(config: DemoConfig) -> dict:
     t = lap("rl", t)
 
     final_value = value_now(trainer)
-    saved = iteration_dir(train_config.output_dir, trainer.iteration)  # the last checkpoint: policy, loop value
+    saved = iteration_dir(train_config.loop.output_dir, trainer.iteration)  # the last checkpoint: policy, loop value
     after = pass_at_1(trainer.engine)
     graded = {"value": final_value, **({"value_start": start_value} if loop else {})}
     values = _grade_values(trainer.engine, graded, held_out[: config.value_problems], task, config)
