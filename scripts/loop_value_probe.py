@@ -28,7 +28,7 @@ from rl.cli import ArgumentParser, at_least, output_dir
 from rl.config import (AlgorithmConfig, CriticConfig, EngineConfig, LearnerConfig, LoopConfig, LoopVerifierConfig,
                        TrainConfig, TreeSearchConfig, ValueConfig)
 from rl.trainer import SearchTrainer
-from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, step_value
+from verifiers.arithmetic import STEP_DELIMITER, step_value, training_problems
 from verifiers.tasks import load_task
 
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                           loop_verifier=LoopVerifierConfig(model=str(out / "verifier_start"),
                                                            unlikelihood_coef=args.unlikelihood,
                                                            min_likelihood=args.min_likelihood)))
-    trainer = SearchTrainer(config, arithmetic_task(4000, "medium", seed=seed + 1), task.reward,
+    trainer = SearchTrainer(config, training_problems(4000, "medium", seed=seed + 1), task.reward,
                             extract=task.verifier.extract, engine=engine)
 
     def grade(iteration: int) -> None:

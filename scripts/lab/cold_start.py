@@ -26,7 +26,8 @@ from planner.policy.types import SamplingParams
 from planner.scaling_report import bootstrap_interval
 from rl.runtime import torch_settings
 from rl.sft import SFTConfig, train_sft
-from verifiers.arithmetic import ARITHMETIC_ALPHABET, REDO_PASSES, SPLITS, arithmetic_task, self_correction_solution
+from verifiers.arithmetic import (ARITHMETIC_ALPHABET, REDO_PASSES, self_correction_solution, training_problems,
+                                  validation_problems)
 from verifiers.tasks import reward
 
 if TYPE_CHECKING:
@@ -128,12 +129,8 @@ def cold_start(output_dir: str | os.PathLike, *, difficulty: str | Difficulty = 
         raise ValueError(f"cold_start needs config.eval_every >= 1 to watch the pass rate; got {config.eval_every}")
     start, cpu_start = time.perf_counter(), time.process_time()
     with torch_settings(config.threads):
-        held_out = arithmetic_task(eval_problems, difficulty, seed=SPLITS["validation"][1] + seed)
-        kept_out = {p.question for p in held_out} | {
-            p.question for p in arithmetic_task(max(eval_problems, SPLITS["test"][0]), difficulty,
-                                                seed=SPLITS["test"][1] + seed)}
-        train = [p for p in arithmetic_task(num_train + len(kept_out), difficulty, seed=seed)
-                 if p.question not in kept_out][:num_train]
+        held_out = validation_problems(eval_problems, difficulty, seed_offset=seed)
+        train = training_problems(num_train, difficulty, seed=seed, exclude={p.question for p in held_out})
         # one token per character, + slack; a self-correcting trace writes up to 1 + REDO_PASSES passes
         passes = 1 + REDO_PASSES if self_correction else 1
         max_tokens = passes * max(len(p.meta["solution"]) for p in held_out) + 8

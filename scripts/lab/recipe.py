@@ -37,7 +37,7 @@ from lab.demo_report import write_report
 from planner.scaling_report import curve, summarize, write_outputs
 from planner.strategies.common import check_choice, check_int, check_number
 from planner.value_eval import grade_scorers
-from verifiers.arithmetic import STEP_DELIMITER, arithmetic_task, step_value
+from verifiers.arithmetic import STEP_DELIMITER, step_value, training_problems
 from verifiers.tasks import load_task
 
 __all__ = ["DemoConfig", "run_demo", "TINY", "VALUE_SOURCES"]
@@ -252,7 +252,7 @@ def _run_demo(config: DemoConfig) -> dict:
     held_out = task.problems[: config.eval_problems]
     scaling_set = task.problems[: config.scaling_problems]
     # RL's problems carry final answers only: their gold traces reach no model
-    rl_problems = arithmetic_task(4000, config.difficulty, seed=config.seed + 1)
+    rl_problems = training_problems(4000, config.difficulty, seed=config.seed + 1)  # none of the test questions
 
     t = time.perf_counter()
     # The value's start needs nothing from the cold start: it trains beside it, one core each.
