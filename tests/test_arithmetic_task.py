@@ -140,10 +140,10 @@ def test_load_arithmetic_gives_fixed_splits_with_the_shared_verifier():
     assert VERIFIER.reward(test.problems[0].meta["solution"], test.problems[0]) == 1.0
     with pytest.raises(ValueError, match="generated"):
         load_arithmetic("some.jsonl")
-    from verifiers.arithmetic import test_questions, training_problems, validation_problems
+    from verifiers.arithmetic import held_out_questions, training_problems, validation_problems
 
     tested = {p.question for p in test.problems}
-    assert test_questions() == tested
+    assert held_out_questions() == tested
     validation = {p.question for p in load_arithmetic(split="validation").problems}
     assert len(validation) == SPLITS["validation"][0] and not validation & tested  # selection apart from the test
     assert not {p.question for p in validation_problems(64, seed_offset=3)} & tested

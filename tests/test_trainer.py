@@ -237,7 +237,7 @@ def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
 
 
 def test_progress_shows_each_phase_of_an_iteration_only_when_asked(rl_model_dir, tmp_path, capsys):
-    c = config(rl_model_dir, tmp_path, iterations=2, critic=CriticConfig(enabled=False))
+    c = config(rl_model_dir, tmp_path, loop=dict(iterations=2), value=dict(critic=CriticConfig(enabled=False)))
     trainer = SearchTrainer(c, PROBLEMS, digit_fraction)
     capsys.readouterr()
     trainer.step()  # outside run(progress=True): no bar at all
@@ -245,8 +245,8 @@ def test_progress_shows_each_phase_of_an_iteration_only_when_asked(rl_model_dir,
     trainer.run(progress=True)  # the second iteration
     shown = capsys.readouterr().err
     assert "search-train" in shown  # the iterations' bar, and under it the phases (trees, then minibatches)
-    assert f"search:   0%|          | 0/{c.prompts_per_iteration} " in shown
-    assert f"learn:   0%|          | 0/{c.epochs * c.minibatches} " in shown
+    assert f"search:   0%|          | 0/{c.loop.prompts_per_iteration} " in shown
+    assert f"learn:   0%|          | 0/{c.learner.epochs * c.learner.minibatches} " in shown
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -33,7 +33,7 @@ __all__ = [
     "SPLITS",
     "held_out_task",
     "validation_problems",
-    "test_questions",
+    "held_out_questions",
     "training_problems",
     "STEP_DELIMITER",
     "THINK_OPEN",
@@ -265,12 +265,12 @@ def validation_problems(n: int, difficulty: str | Difficulty = "medium", seed_of
     """`n` problems of the "validation" split (its seed plus `seed_offset`) with no question of the held-out
     test problems (`held_out_task`, at least 128 of them): what selects a model never sees a question it is
     measured on (short problems repeat across independent draws)."""
-    test = test_questions(max(n, SPLITS["test"][0]), difficulty)
+    test = held_out_questions(max(n, SPLITS["test"][0]), difficulty)
     drawn = arithmetic_task(n + len(test), difficulty, seed=SPLITS["validation"][1] + seed_offset)
     return [p for p in drawn if p.question not in test][:n]
 
 
-def test_questions(n: int = SPLITS["test"][0], difficulty: str | Difficulty = "medium") -> set[str]:
+def held_out_questions(n: int = SPLITS["test"][0], difficulty: str | Difficulty = "medium") -> set[str]:
     """The questions of the first `n` held-out test problems (`held_out_task`), which training and selection
     data leave out."""
     return {p.question for p in held_out_task(n, difficulty).problems}
@@ -278,9 +278,9 @@ def test_questions(n: int = SPLITS["test"][0], difficulty: str | Difficulty = "m
 
 def training_problems(n: int, difficulty: str | Difficulty = "medium", seed: int = 0,
                       exclude: set[str] = frozenset()) -> list[Problem]:
-    """`n` generated problems (seed `seed`) with none of the held-out test questions (`test_questions`, at
+    """`n` generated problems (seed `seed`) with none of the held-out test questions (`held_out_questions`, at
     least 128) and none of `exclude` (e.g. a validation set's questions)."""
-    kept_out = test_questions(SPLITS["test"][0], difficulty) | set(exclude)
+    kept_out = held_out_questions(SPLITS["test"][0], difficulty) | set(exclude)
     return [p for p in arithmetic_task(n + len(kept_out), difficulty, seed=seed) if p.question not in kept_out][:n]
 
 
