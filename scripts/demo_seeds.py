@@ -18,6 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from lab.demo_report import finish_value_axes, save_figure
 from rl.cli import ArgumentParser, output_dir
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -80,12 +81,7 @@ def plot(runs: list[dict], out: Path) -> list[Path]:
     ax.set_ylabel("held-out pass@1 (95% interval)")
     ax.set_title(f"RL in the RLVR setting ({runs[0]['value_source']} value, gold budget {runs[0]['gold_traces']})",
                  fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    first = out / "pass_at_1_per_seed.png"
-    fig.savefig(first, dpi=100)
-    plt.close(fig)
+    first = save_figure(fig, ax, out / "pass_at_1_per_seed.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for k, s in enumerate(runs):
@@ -94,18 +90,8 @@ def plot(runs: list[dict], out: Path) -> list[Path]:
                 color=f"C{k}", label=f"seed {s['config']['seed']}: the searching value")
         if s.get("confidence_sibling_accuracy") is not None:
             ax.axhline(s["confidence_sibling_accuracy"], color=f"C{k}", linestyle="--", linewidth=1)
-    ax.axhline(0.5, color="black", linewidth=0.5)
-    ax.set_xlabel("RL iteration")
-    ax.set_ylabel("held-out sibling-ranking accuracy")
     ax.set_title("Solid: the value the searches used; dashed: the policy's step confidence after RL", fontsize=9)
-    ax.set_ylim(0.4, 1.02)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    second = out / "value_during_rl.png"
-    fig.savefig(second, dpi=100)
-    plt.close(fig)
-    return [first, second]
+    return [first, finish_value_axes(fig, ax, out / "value_during_rl.png", legend_size=7)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from planner.scaling_report import curve, read_results
 
-__all__ = ["write_report", "plot_before_after", "plot_value_history"]
+__all__ = ["write_report", "plot_before_after", "plot_value_history", "finish_value_axes", "save_figure"]
 
 AXES = {"generated_tokens_per_problem": "generated tokens per problem",
         "flops_per_problem": "FLOPs per problem (policy + scorer)"}
@@ -70,14 +70,25 @@ def plot_value_history(summary: dict, out: Path) -> Path:
     if summary.get("confidence_sibling_accuracy") is not None:
         ax.axhline(summary["confidence_sibling_accuracy"], color="gray", linestyle="--",
                    label="policy's step confidence (after RL)")
+    return finish_value_axes(fig, ax, out / "value_during_rl.png")
+
+
+def finish_value_axes(fig, ax, path: Path, legend_size: int = 8) -> Path:
+    """Label a sibling-accuracy-per-RL-iteration plot (axes, range, the random line), then save it."""
     ax.axhline(0.5, color="black", linewidth=0.5, label="random")
     ax.set_xlabel("RL iteration")
     ax.set_ylabel("held-out sibling-ranking accuracy")
     ax.set_ylim(0.4, 1.02)
-    ax.legend(fontsize=8)
+    return save_figure(fig, ax, path, legend_size)
+
+
+def save_figure(fig, ax, path: Path, legend_size: int = 8) -> Path:
+    """Legend, grid, tight layout; write the PNG and free the figure."""
+    import matplotlib.pyplot as plt
+
+    ax.legend(fontsize=legend_size)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = out / "value_during_rl.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
