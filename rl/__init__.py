@@ -20,6 +20,7 @@ from rl.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs, Advantages, est
 from rl.kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl, kl_penalized_rewards
 from rl.losses import (PolicyLossConfig, entropy_from_logits, is_finite_loss, masked_mean, masked_whiten,
                        policy_loss, sequence_logprobs, sft_loss, value_loss)
+from rl.presets import PRESETS, preset_config, train
 from rl.pairs import PairConfig, PreferencePair, preference_pairs
 from rl.reward_model import RewardModelConfig, bradley_terry_loss, train_reward_model
 from rl.rs_sft import RejectionSamplingSFT, RSSFTConfig
@@ -28,7 +29,7 @@ from rl.trainer import SearchTrainer
 from rl.tree_store import StoredTree, TreeStore
 
 __all__ = [
-    "SearchTrainer", "TrainConfig", "EngineConfig", "TreeSearchConfig", "AlgorithmConfig", "LearnerConfig",
+    "train", "PRESETS", "preset_config", "SearchTrainer", "TrainConfig", "EngineConfig", "TreeSearchConfig", "AlgorithmConfig", "LearnerConfig",
     "ValueConfig", "LoopConfig", "CriticConfig", "TREE_STRATEGIES", "ValueCritic", "LoopVerifierConfig",
     "LoopVerifier",
     "RolloutBatch", "Row", "batch_from_trees", "reward_leaves", "monte_carlo_values",

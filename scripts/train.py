@@ -3,6 +3,7 @@ r"""Search-guided RL: grow search trees with the current policy and critic, trai
     python scripts/train.py --model runs/demo/sft --task arithmetic --loop.iterations 20 \
         --search.strategy mcts --search.mcts.num_simulations 8 --search.mcts.step_delimiter $'\n'
     python scripts/train.py --model runs/demo/sft --task arithmetic --loop.output_dir runs/x --resume
+    python scripts/train.py --model smollm2 --task custom --task_path mine.jsonl --preset cpu --loop.iterations 2
     torchrun --nproc_per_node 2 scripts/train.py --model runs/demo/sft --task arithmetic   # 2 learner ranks
 
 Every TrainConfig option can be given, named by its part: --engine.*, --search.*, --algorithm.*,
@@ -25,11 +26,13 @@ from planner.logs import configure_logging
 from rl.checkpoint import CheckpointError
 from rl.cli import ArgumentParser, add_dataclass_arguments, dataclass_from_args
 from rl.config import TREE_STRATEGIES, TrainConfig
+from rl.presets import PRESETS, preset_config
 from task_options import add_data_arguments, resolve_model_option, task_options
 from verifiers import load_task
 
 
-SHORT_OPTIONS = ("task", "task_path", "split", "limit", "resume", "model", "engine.backend", "search.strategy",
+SHORT_OPTIONS = ("task", "task_path", "split", "limit", "resume", "preset", "model", "engine.backend",
+                 "search.strategy",
                  *(f"search.{name}.temperature" for name in TREE_STRATEGIES), "algorithm.estimator", "learner.lr",
                  "loop.iterations", "loop.prompts_per_iteration", "loop.output_dir")
 """The options `--help` shows; `--help-all` shows every one."""
@@ -42,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = parser.add_argument_group("run")
     run.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in "
                                                            "<loop.output_dir>/checkpoints (an error if there is none)")
+    run.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                     help="start from a preset's settings (rl/presets.py; cpu: GRPO on best-of-4 groups for a "
+                          "~135M model on a few cores); the options given here override them")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--verbose", action="store_true", help="the engines' INFO logs and the libraries' progress "
                                                             "bars too (default: warnings and errors only)")
@@ -56,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_logging(args.verbose)
     try:
-        config = dataclass_from_args(TrainConfig, args)
+        defaults = preset_config(args.preset, model="") if args.preset else None
+        config = dataclass_from_args(TrainConfig, args, defaults=defaults)
         task = load_task(args.task, args.task_path, split=args.split, **task_options(args))  # data before the model
         config.model = resolve_model_option(config.model)
     except (ValueError, FileNotFoundError, ImportError) as error:
