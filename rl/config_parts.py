@@ -75,6 +75,10 @@ class EngineConfig:
     """Serving engines: 1 = one engine in this process; N > 1 = an engine pool of N replicas as Ray actors
     (planner.policy.EnginePool; a local Ray instance, or the cluster at $RAY_ADDRESS), one CPU (or GPU)
     each. The search is the same; every weight push reaches every replica (docs/scale-out.md)."""
+    share_weights: bool = True
+    """backend "hf" in one process, float32: the engine serves the learner's own module, so the weights exist
+    once and an update reaches the engine without a push. False: the engine holds a copy, updated by a push
+    after every update, as vLLM's is."""
     memory_fraction: float = 0.85
     """vLLM on GPU: the fraction of GPU memory the engine may take (gpu_memory_utilization); the rest is
     the learner's when both share one GPU. Ignored on CPU (the KV cache has a fixed size there)."""
@@ -169,7 +173,8 @@ class AlgorithmConfig:
     kl_target: float | None = None
     """Target KL of the adaptive controller (Ziegler et al. 2019); None keeps beta fixed."""
     drop_zero_variance_groups: bool = False
-    """Dynamic sampling (DAPO): leave out groups whose rewards are all equal (they carry no signal)."""
+    """Dynamic sampling (DAPO, arXiv 2503.14476): leave out groups whose rewards are all equal (their
+    group-relative advantages are 0). When no group is left the iteration makes no update and pushes nothing."""
     old_logprobs: Literal["learner", "engine"] = "learner"
     """Log-probabilities of the behaviour policy in the importance ratio: "learner" recomputes them
     with the learner before the update (exact whatever the engine's precision; free with one epoch

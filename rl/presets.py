@@ -13,13 +13,12 @@ docs/benchmarks.md ("A first run on a CPU").
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
 from planner.logs import configure_logging
 from planner.strategies import BestOfNConfig
 from rl.config import TrainConfig
-from rl.config_parts import EngineConfig, LearnerConfig, LoopConfig, TreeSearchConfig
+from rl.config_parts import AlgorithmConfig, EngineConfig, LearnerConfig, LoopConfig, TreeSearchConfig
 from rl.trainer import SearchTrainer
 from verifiers.tasks import load_task
 from verifiers.types import Task
@@ -31,24 +30,27 @@ def cpu_preset(model: str, output_dir: str, iterations: int) -> TrainConfig:
     """GRPO on best-of-4 groups for a small model (about 135M parameters) on a few CPU cores.
 
     - best-of-N, not MCTS: one engine call per iteration, the cheapest search that gives GRPO its groups;
-    - vLLM when it is installed (several times the transformers engine's tokens/s), else transformers;
+    - the transformers engine serving the learner's own module (`EngineConfig.share_weights`): the weights
+      exist once and nothing is pushed after an update, where vLLM would add an engine process, its KV
+      cache and a copy of the weights;
     - 4 problems x 4 samples of at most 256 tokens per iteration: a GRPO batch of 16 rows;
+    - dynamic sampling (DAPO): groups whose samples all got the same reward carry no signal and are not
+      trained on; an iteration with no other group makes no update;
     - no KL term and no critic (GRPO reads neither), so no reference model and no value model are built;
     - gradient checkpointing, micro-batches of 1,024 padded tokens and chunked log-probabilities: the
       update's memory falls to about a quarter of plain float32's (docs/benchmarks.md, "Learner memory");
     - learning rate 1e-5 (AdamW), in the usual range for fine-tuning a small pretrained LM with GRPO;
-    - the update on 2 torch threads, the engine on 1: they take turns, and the update gains 1.7x from a
-      second core (docs/benchmarks.md, "Learner threads").
+    - 2 torch threads: search and update take turns, and each gains from a second core
+      (docs/benchmarks.md, "Learner threads").
     """
-    backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
     return TrainConfig(
         model=model,
-        engine=EngineConfig(backend=backend),
+        engine=EngineConfig(backend="hf"),
         search=TreeSearchConfig(strategy="best_of_n",
                                 best_of_n=BestOfNConfig(n=4, max_tokens=256, temperature=1.0)),
-        learner=LearnerConfig(lr=1e-5, gradient_checkpointing=True, micro_batch_tokens=1024, logprob_chunk=256,
-                              threads=2),
-        loop=LoopConfig(iterations=iterations, prompts_per_iteration=4, output_dir=output_dir,
+        algorithm=AlgorithmConfig(estimator="grpo", drop_zero_variance_groups=True),
+        learner=LearnerConfig(lr=1e-5, gradient_checkpointing=True, micro_batch_tokens=1024, logprob_chunk=256),
+        loop=LoopConfig(iterations=iterations, prompts_per_iteration=4, output_dir=output_dir, threads=2,
                         checkpoint_every=max(1, min(5, iterations))),
     )
 

@@ -115,6 +115,7 @@ class SearchTrainer:
         self.iteration = 0
         with self._scope():
             self.learner = Learner(config)
+            self.shares_policy = engine is None and self._can_share_policy()
             if not distributed.is_main():
                 self.engine = None  # rank 0 searches
             else:
@@ -142,11 +143,20 @@ class SearchTrainer:
         self.logger = (MetricsLogger(config.loop.output_dir, resume_from=self.iteration if resume else None)
                        if distributed.is_main() else None)
 
+    def _can_share_policy(self) -> bool:
+        """Whether the transformers engine can serve the learner's own module: one process, one engine, both
+        in float32 on one device. Then the weights exist once and the update reaches the engine without a push."""
+        engine = self.config.engine
+        return (engine.share_weights and engine.backend == "hf" and engine.replicas == 1 and engine.dtype == "float32"
+                and self.world == 1)
+
     def _load_engine(self):
         engine = self.config.engine
         options = {"threads": self.config.loop.threads}
         if engine.backend == "hf":
             options["device"] = str(self.learner.device)
+            if self.shares_policy:
+                options["model"] = self.learner.policy
         else:
             options["in_process"] = engine.in_process
             if self.learner.device.type == "cuda":  # shares the learner's GPU
@@ -156,6 +166,8 @@ class SearchTrainer:
 
     def _push(self) -> None:
         """The learner's weights into the engine (gathered on every rank, pushed by rank 0)."""
+        if self.shares_policy:  # the engine serves the learner's module: it already holds the new weights
+            return
         weights = self.learner.weights()
         if self.engine is not None:
             dtype = getattr(torch, self.config.engine.dtype)
@@ -233,11 +245,12 @@ class SearchTrainer:
         greedy = self.engine.generate(prompts, params)
         return torch.tensor([float(self.reward_fn(g[0].text, p)) for g, p in zip(greedy, problems)])
 
-    def _drop_flat_groups(self, batch: RolloutBatch) -> RolloutBatch:
+    def _drop_flat_groups(self, batch: RolloutBatch) -> RolloutBatch | None:
+        """The rows of groups whose rewards differ (DAPO's dynamic sampling); None when no group's do."""
         flat = {int(g) for g in batch.group.unique()
                 if not bool(nonzero_variance_groups(batch.rewards[batch.group == g][None])[0])}
         keep = [i for i, g in enumerate(batch.group.tolist()) if g not in flat]
-        return batch.select(keep) if keep else batch
+        return batch.select(keep) if keep else None
 
     # ---- the loop ---------------------------------------------------------------------------------
     def _phase_bar(self, phase: str, total: int, unit: str) -> tqdm:
@@ -286,16 +299,24 @@ class SearchTrainer:
         trees, greedy = distributed.scatter_objects(share)
         batch = batch_from_trees(trees, self.pad_id, pack_tokens=c.learner.pack_tokens)
         flat = [float(not nonzero_variance_groups(batch.rewards[batch.group == g][None])[0]) for g in batch.group.unique()]
-        if c.algorithm.drop_zero_variance_groups:
-            batch = self._drop_flat_groups(batch)
+        rows = distributed.all_sum(len(batch))
+        metrics = {"iteration": i, "reward_mean": float(distributed.all_sum(batch.rewards.sum()) / rows),
+                   "trajectories": int(rows),
+                   "response_length": float(distributed.all_sum(batch.response_mask.sum()) / rows),
+                   "zero_variance_groups": float(distributed.all_sum(sum(flat)) / distributed.all_sum(len(flat)))}
+        # dynamic sampling: only groups whose rewards differ are trained on (one rank only, see __init__)
+        trained = self._drop_flat_groups(batch) if c.algorithm.drop_zero_variance_groups else batch
         sleep_seconds = time.perf_counter()
         if self.engine is not None:
             self.engine.sleep()  # frees the engine's GPU memory for the learner (a no-op without a shared GPU)
         sleep_seconds = time.perf_counter() - sleep_seconds
         learn_start = time.perf_counter()
         with torch_threads(c.learner.threads):  # the engine is idle now: the update may use its cores
-            with self._phase_bar("learn", c.learner.epochs * c.learner.minibatches, "minibatch") as bar:
-                metrics = self.learner.update(batch, i, greedy, done=bar.update)
+            if trained is None:  # every group's rewards are equal: no signal, so no update and nothing to push
+                metrics["policy_skipped"] = 1.0
+            else:
+                with self._phase_bar("learn", c.learner.epochs * c.learner.minibatches, "minibatch") as bar:
+                    metrics.update(self.learner.update(trained, i, greedy, done=bar.update))
             if self.loop_verifier is not None:  # learns from this iteration's verified leaves; values the next search
                 metrics.update(self.loop_verifier.observe(trees))
                 metrics.update(self.loop_verifier.train(derived_seed(c.loop.seed, i, 5)))
@@ -305,13 +326,9 @@ class SearchTrainer:
             self.engine.wake_up()
         sleep_seconds += time.perf_counter() - wake
         push_start = time.perf_counter()
-        self._push()
+        if trained is not None:
+            self._push()
         push_seconds = time.perf_counter() - push_start
-        rows = distributed.all_sum(len(batch))
-        metrics.update({
-            "iteration": i, "reward_mean": float(distributed.all_sum(batch.rewards.sum()) / rows),
-            "trajectories": int(rows), "response_length": float(distributed.all_sum(batch.response_mask.sum()) / rows),
-            "zero_variance_groups": float(distributed.all_sum(sum(flat)) / distributed.all_sum(len(flat)))})
         self.iteration += 1
         if distributed.is_main():
             metrics.update(searched)

@@ -57,8 +57,9 @@ def config(model_dir, out, **changes) -> TrainConfig:
 
 
 def test_grpo_raises_reward_and_changes_every_parameter(rl_model_dir, tmp_path):
-    trainer = SearchTrainer(config(rl_model_dir, tmp_path, value=dict(critic=CriticConfig(enabled=False))), PROBLEMS,
-                            digit_fraction)
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, value=dict(critic=CriticConfig(enabled=False)),
+                                   engine=dict(share_weights=False)), PROBLEMS, digit_fraction)
+    assert trainer.engine.model is not trainer.learner.policy  # a copy, kept current by pushes
     before = {k: v.clone() for k, v in trainer.learner.policy.named_parameters()}
     history = trainer.run(progress=False)
     rewards = [m["reward_mean"] for m in history]
@@ -218,6 +219,21 @@ def test_trees_and_rows_carry_the_system_message_and_prefill(rl_model_dir, tmp_p
     assert all(s > 0 for s in phases) and sum(phases) <= metrics["seconds"]
 
 
+def test_dynamic_sampling_skips_an_iteration_whose_groups_all_tie(rl_model_dir, tmp_path):
+    trainer = SearchTrainer(config(rl_model_dir, tmp_path, loop=dict(iterations=1),
+                                   algorithm=dict(drop_zero_variance_groups=True),
+                                   value=dict(critic=CriticConfig(enabled=False))), PROBLEMS, lambda text, problem: 0.0)
+    before = {k: v.clone() for k, v in trainer.learner.policy.named_parameters()}
+    metrics = trainer.step()
+    assert metrics["policy_skipped"] == 1.0 and metrics["zero_variance_groups"] == 1.0
+    assert metrics["reward_mean"] == 0.0 and metrics["trajectories"] == 4 * 6  # every leaf, though none trained
+    assert all(torch.equal(v, before[k]) for k, v in trainer.learner.policy.named_parameters())
+    trainer.reward_fn = digit_fraction  # groups whose rewards differ: an update
+    metrics = trainer.step()
+    assert metrics["policy_skipped"] == 0.0 and metrics["trajectories"] == 4 * 6
+    assert not all(torch.equal(v, before[k]) for k, v in trainer.learner.policy.named_parameters())
+
+
 def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
     trainer = SearchTrainer(config(rl_model_dir, tmp_path, loop=dict(iterations=1),
                                    learner=dict(trainable=r"model\.layers\.1\.|lm_head"),
@@ -229,8 +245,7 @@ def test_trainable_trains_only_the_matching_parameters(rl_model_dir, tmp_path):
     assert moved == chosen  # every chosen parameter moved, none of the others
     state = trainer.learner.optimizer.state
     assert len(state) == len(chosen)  # AdamW holds state for the trained parameters only
-    served = trainer.engine.model.state_dict()  # the whole model is pushed into the engine
-    assert all(torch.equal(served[k], v) for k, v in trainer.learner.policy.state_dict().items())
+    assert trainer.engine.model is trainer.learner.policy  # the transformers engine serves the learner's module
     with pytest.raises(ValueError, match=r"trainable='nothing' matches none of the policy's parameters"):
         SearchTrainer(config(rl_model_dir, tmp_path / "none", learner=dict(trainable="nothing")), PROBLEMS,
                       digit_fraction)

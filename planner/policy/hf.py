@@ -44,8 +44,9 @@ class HFPolicy(Policy):
         self.model_path = str(model_path)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_path)
-        self.model = model or AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
-        self.model.to(self.device).eval()
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
+        self.model = model.to(self.device)  # a given model (a learner's) keeps its mode; generation runs in eval
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.context_length = context_length_of(self.model.config)
         self.max_batch_size = max_batch_size
@@ -72,9 +73,14 @@ class HFPolicy(Policy):
         generator = torch.Generator().manual_seed(seed)  # on the CPU: same stream on every device
         rows = [p for p in prompts for _ in range(params.n)]
         samples: list[Sample] = []
-        with torch_threads(self.threads):  # this policy's thread count, for its own forward passes only
-            for start in range(0, len(rows), self.max_batch_size):
-                samples += self._generate_batch(rows[start:start + self.max_batch_size], params, generator)
+        training = self.model.training  # a learner's module in train mode: no dropout and no checkpointing here
+        self.model.eval()
+        try:
+            with torch_threads(self.threads):  # this policy's thread count, for its own forward passes only
+                for start in range(0, len(rows), self.max_batch_size):
+                    samples += self._generate_batch(rows[start:start + self.max_batch_size], params, generator)
+        finally:
+            self.model.train(training)
         grouped = [samples[i * params.n:(i + 1) * params.n] for i in range(len(prompts))]
         return grouped, 0
 
