@@ -245,12 +245,11 @@ class SearchTrainer:
         greedy = self.engine.generate(prompts, params)
         return torch.tensor([float(self.reward_fn(g[0].text, p)) for g, p in zip(greedy, problems)])
 
-    def _drop_flat_groups(self, batch: RolloutBatch) -> RolloutBatch | None:
-        """The rows of groups whose rewards differ (DAPO's dynamic sampling); None when no group's do."""
-        flat = {int(g) for g in batch.group.unique()
+    @staticmethod
+    def _flat_groups(batch: RolloutBatch) -> set[int]:
+        """The groups (trees) whose leaves all got the same reward: their group-relative advantages are 0."""
+        return {int(g) for g in batch.group.unique()
                 if not bool(nonzero_variance_groups(batch.rewards[batch.group == g][None])[0])}
-        keep = [i for i, g in enumerate(batch.group.tolist()) if g not in flat]
-        return batch.select(keep) if keep else None
 
     # ---- the loop ---------------------------------------------------------------------------------
     def _phase_bar(self, phase: str, total: int, unit: str) -> tqdm:
@@ -298,14 +297,16 @@ class SearchTrainer:
                       greedy[r * per_rank:(r + 1) * per_rank] if greedy is not None else None) for r in range(self.world)]
         trees, greedy = distributed.scatter_objects(share)
         batch = batch_from_trees(trees, self.pad_id, pack_tokens=c.learner.pack_tokens)
-        flat = [float(not nonzero_variance_groups(batch.rewards[batch.group == g][None])[0]) for g in batch.group.unique()]
+        flat, groups = self._flat_groups(batch), len(batch.group.unique())
         rows = distributed.all_sum(len(batch))
         metrics = {"iteration": i, "reward_mean": float(distributed.all_sum(batch.rewards.sum()) / rows),
                    "trajectories": int(rows),
                    "response_length": float(distributed.all_sum(batch.response_mask.sum()) / rows),
-                   "zero_variance_groups": float(distributed.all_sum(sum(flat)) / distributed.all_sum(len(flat)))}
-        # dynamic sampling: only groups whose rewards differ are trained on (one rank only, see __init__)
-        trained = self._drop_flat_groups(batch) if c.algorithm.drop_zero_variance_groups else batch
+                   "zero_variance_groups": float(distributed.all_sum(len(flat)) / distributed.all_sum(groups))}
+        trained = batch
+        if c.algorithm.drop_zero_variance_groups:  # DAPO's dynamic sampling (one rank only, see __init__)
+            keep = [row for row, g in enumerate(batch.group.tolist()) if g not in flat]
+            trained = batch.select(keep) if keep else None  # None: no group carries a signal
         sleep_seconds = time.perf_counter()
         if self.engine is not None:
             self.engine.sleep()  # frees the engine's GPU memory for the learner (a no-op without a shared GPU)
