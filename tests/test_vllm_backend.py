@@ -30,11 +30,9 @@ def engine_pids():
 
 
 @pytest.fixture(scope="module")
-def tiny_pair(tiny_model_dir):
-    vl = load_policy(tiny_model_dir, backend="vllm", seed=0, kv_cache_gib=0.25, max_model_len=512)
-    hf = load_policy(tiny_model_dir, backend="hf", seed=0)
-    yield hf, vl
-    vl.close()
+def tiny_pair(tiny_model_dir, tiny_vllm):
+    """The transformers reference and the session's shared vLLM engine (conftest.py) of the tiny model."""
+    return load_policy(tiny_model_dir, backend="hf", seed=0), tiny_vllm
 
 
 def prompts_for(policy, count):
