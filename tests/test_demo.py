@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -116,36 +116,31 @@ def test_report_numbers_equal_the_csvs(demo):
     assert all(m["loop_value_correct"] >= 0 for m in history)
 
 
-BAD_OPTIONS = """
-import contextlib, io, json, sys
-sys.path.insert(0, sys.argv[1])  # scripts/, as for a script run directly
-import demo
-replies = []
-for argv in json.loads(sys.argv[2]):
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            code = demo.main(argv)
-        except SystemExit as exit:
-            code = exit.code
-    replies.append([code, err.getvalue()])
-print(json.dumps(replies))
-"""
+def run_demo_script(capsys, argv: list[str]) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `scripts/demo.py argv` by its main(argv) in this process: the
+    command lines here end at the parser (help, or a refused option) and need no process of their own. An
+    exception other than the parser's exit fails the test, as a traceback would."""
+    script = importlib.import_module("demo")  # scripts/demo.py (this module's `demo` is the fixture)
+    capsys.readouterr()
+    try:
+        code = script.main(argv)
+    except SystemExit as done:
+        code = done.code
+    out, err = capsys.readouterr()
+    return 0 if code is None else code, out, err
 
 
-def test_demo_help_and_bad_option():
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--help"], capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0 and "--rl_iterations" in result.stdout and "--tiny" in result.stdout
+def test_demo_help_and_bad_option(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse's width in a process whose output is a pipe
+    code, out, _ = run_demo_script(capsys, ["--help"])
+    assert code == 0 and "--rl_iterations" in out and "--tiny" in out
     bad = {"--no_such_option": "unrecognized arguments: --no_such_option",  # each refused before any work
            "--rl_candidates=0": "DemoConfig.rl_candidates must be an integer >= 1; got 0",
            "--rl_temperature=0": "DemoConfig.rl_temperature must be a number in [0.01, inf]; got 0.0",
            "--value=oracle": "DemoConfig.value must be one of ['loop', 'teacher']; got 'oracle'",
            "--gold_problems=5000": "DemoConfig.gold_problems must be at most 2000"}
-    result = subprocess.run([sys.executable, "-c", BAD_OPTIONS, str(REPO / "scripts"), json.dumps([[a] for a in bad])],
-                            capture_output=True, text=True, timeout=120)  # one process: the imports are paid once
-    assert result.returncode == 0, result.stderr[-2000:]
-    for (code, err), message in zip(json.loads(result.stdout.splitlines()[-1]), bad.values()):
+    for option, message in bad.items():
+        code, _, err = run_demo_script(capsys, [option])
         assert code == 2 and message in err, (message, err)
 
 

@@ -65,14 +65,24 @@ def trees(model_dir, tmp_path_factory):
     return found
 
 
+GRADIENT_OPTIONS = {"estimator": "grpo", "loss": {"aggregation": "seq_mean_token_mean", "entropy_coef": 0.01}}
+
+
+@pytest.fixture(scope="module")
+def parallel_gradients(model_dir, trees, tmp_path_factory) -> dict[str, dict]:
+    """The gradients of one update on 2 ranks, for DDP and for FSDP2 ({mode: {"policy": ..., "critic": ...}}):
+    one torchrun launch computes both (tests/dist_worker.py), each with a fresh learner."""
+    folder = tmp_path_factory.mktemp("dist-grads")
+    torch.save({"trees": trees, "config": GRADIENT_OPTIONS}, folder / "batch.pt")
+    subprocess.run(torchrun(str(REPO / "tests" / "dist_worker.py"), str(folder / "batch.pt"), str(model_dir),
+                            str(folder), "ddp,fsdp"), check=True, env=ENV, capture_output=True, timeout=600)
+    return {mode: torch.load(folder / f"grads-{mode}.pt") for mode in ("ddp", "fsdp")}
+
+
 @pytest.mark.parametrize("data_parallel", ["ddp", "fsdp"])
-def test_two_ranks_give_the_single_process_gradient(model_dir, trees, tmp_path, data_parallel):
-    options = {"estimator": "grpo", "loss": {"aggregation": "seq_mean_token_mean", "entropy_coef": 0.01}}
-    torch.save({"trees": trees, "config": options}, tmp_path / "batch.pt")
-    out = tmp_path / "grads.pt"
-    subprocess.run(torchrun(str(REPO / "tests" / "dist_worker.py"), str(tmp_path / "batch.pt"), str(model_dir),
-                            str(out), data_parallel), check=True, env=ENV, capture_output=True, timeout=600)
-    parallel = torch.load(out)
+def test_two_ranks_give_the_single_process_gradient(model_dir, trees, parallel_gradients, tmp_path, data_parallel):
+    options = GRADIENT_OPTIONS
+    parallel = parallel_gradients[data_parallel]
     learner = Learner(TrainConfig(model=str(model_dir), loop=LoopConfig(output_dir=str(tmp_path)),
                                   learner=LearnerConfig(device="cpu", max_grad_norm=1e9),
                                   value=ValueConfig(critic=CriticConfig(enabled=True)), algorithm=options))

@@ -30,6 +30,8 @@ from rl.config import CriticConfig, EngineConfig, LearnerConfig, LoopConfig, Tra
 from rl.metrics import read_metrics
 from rl.trainer import SearchTrainer
 
+from conftest import TINY_VLLM_OPTIONS  # tests/ is on sys.path under pytest
+
 ray = pytest.importorskip("ray", reason="the engine pool runs on Ray (make test installs it)")
 
 
@@ -283,20 +285,19 @@ class HashScorer(Scorer):
         return [zlib.crc32(bytes(str(p), "ascii")) / 2**32 for p in prefixes]
 
 
-VLLM_OPTIONS = dict(threads=1, kv_cache_gib=0.25, max_model_len=512)
+VLLM_OPTIONS = TINY_VLLM_OPTIONS  # the replicas' settings are the shared engine's (conftest.py), threads=1 included
 LONG = ("Work this out step by step, one line per step. A farmer has 123 apples and buys 456 more at the market, "
         "then gives 7 apples to each of her three neighbours and sells half of the rest. How many are left?")
 
 
 @pytest.fixture(scope="module")
-def vllm_pair(session, tiny_model_dir):
+def vllm_pair(session, tiny_model_dir, request):
+    """A 2-replica vLLM pool and one in-process engine of the same settings (the session's shared one)."""
     pytest.importorskip("vllm", reason="the vllm module is part of the test environment")
     session.close_pools()  # the transformers replicas give their CPUs to these
     pool = EnginePool(tiny_model_dir, "vllm", config=PoolConfig(replicas=2), **VLLM_OPTIONS)
     session.pools.append(pool)
-    one = load_policy(tiny_model_dir, backend="vllm", **VLLM_OPTIONS)
-    yield pool, one
-    one.close()
+    return pool, request.getfixturevalue("tiny_vllm")
 
 
 @pytest.mark.vllm

@@ -51,11 +51,9 @@ class Recorder:
 
 
 @pytest.fixture(scope="module")
-def vllm_policy(tiny_model_dir):
-    pytest.importorskip("vllm", reason="the vllm module is part of the test environment")
-    policy = load_policy(tiny_model_dir, backend="vllm", kv_cache_gib=0.25, max_model_len=512)
-    yield policy
-    policy.close()
+def vllm_policy(tiny_vllm):
+    """The session's shared tiny vLLM engine (conftest.py); every prompt here is this module's own."""
+    return tiny_vllm
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -327,13 +326,23 @@ def test_config_rejects_bad_values_with_the_allowed_ones():
 
 
 # ---- the command line -----------------------------------------------------------------------------------------
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
-                          cwd=REPO)
+def _cli(capsys, monkeypatch, *args: str) -> subprocess.CompletedProcess:
+    """`scripts/scaling.py args` by its main(argv) in this process (no process of its own to import torch
+    again): exit status, stdout, stderr. An exception other than the parser's exit fails the test, as a
+    traceback would. COLUMNS=80 gives argparse the width it has in a process whose output is a pipe."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(REPO)
+    capsys.readouterr()
+    try:
+        code = _script().main(list(args))
+    except SystemExit as done:
+        code = done.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess([str(SCRIPT), *args], 0 if code is None else code, out, err)
 
 
-def test_cli_help_all_lists_every_option():
-    result = _cli("--help-all")
+def test_cli_help_all_lists_every_option(capsys, monkeypatch):
+    result = _cli(capsys, monkeypatch, "--help-all")
     assert result.returncode == 0, result.stderr
     from dataclasses import fields
 
@@ -344,11 +353,12 @@ def test_cli_help_all_lists_every_option():
     assert "best_of_n: n, default 1,2,4,8,16" in result.stdout
 
 
-def test_cli_errors_are_one_clear_line(tmp_path, tiny_model_dir):
-    missing = _cli("--model", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"))
+def test_cli_errors_are_one_clear_line(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    missing = _cli(capsys, monkeypatch, "--model", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "no model folder at" in missing.stderr and "nowhere" in missing.stderr
-    bogus = _cli("--model", str(tiny_model_dir), "--strategies", "best_of_n", "bogus", "--out", str(tmp_path / "o"))
+    bogus = _cli(capsys, monkeypatch, "--model", str(tiny_model_dir), "--strategies", "best_of_n", "bogus", "--out",
+                 str(tmp_path / "o"))
     assert bogus.returncode == 2 and "Traceback" not in bogus.stderr
     assert "strategies must be a non-empty list of" in bogus.stderr and "'bogus'" in bogus.stderr
     assert not (tmp_path / "o").exists()

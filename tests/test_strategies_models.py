@@ -1,5 +1,6 @@
 """Every strategy on real backends (transformers and vLLM) with the tiny Llama: it runs, and the same
-seed on the same backend gives the same tree. vLLM shares one engine per module (it takes ~20-30 s)."""
+seed on the same backend gives the same tree. vLLM is the session's shared engine (conftest.py: one
+takes ~30 s to start)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,9 @@ def first_digit(text: str) -> str | None:
 @pytest.fixture(scope="module", params=["hf", pytest.param("vllm", marks=pytest.mark.vllm)])
 def policy(request, tiny_model_dir):
     if request.param == "vllm":
-        pytest.importorskip("vllm")
-        engine = load_policy(tiny_model_dir, backend="vllm", seed=0, kv_cache_gib=0.25, max_model_len=512)
-    else:
-        engine = load_policy(tiny_model_dir, backend="hf", seed=0)
+        yield request.getfixturevalue("tiny_vllm")
+        return
+    engine = load_policy(tiny_model_dir, backend="hf", seed=0)
     yield engine
     engine.close()
 

@@ -3,9 +3,9 @@ error (file, row, expected form) for each kind of bad row, raised before any mod
 
 from __future__ import annotations
 
+import importlib
 import json
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 
@@ -184,14 +184,19 @@ def test_missing_math_verify_fails_at_load_not_at_reward(tmp_path, monkeypatch):
     ["scaling.py", "--task", "custom", "--task_path", "{data}", "--answer_field", "solution", "--out", "{out}"],
     ["train_rs_sft.py", "--task", "custom", "--task_path", "{data}", "--answer_field", "solution"],
 ], ids=["train", "scaling", "rs_sft"])
-def test_scripts_report_bad_data_before_the_model(tmp_path, command):
+def test_scripts_report_bad_data_before_the_model(tmp_path, command, capsys, monkeypatch):
     """A bad data file and a model that does not exist: the script names the data error (file, row,
-    field, the option to pick another), exits with argparse's status 2 and prints no traceback."""
+    field, the option to pick another), exits with argparse's status 2 and prints no traceback.
+    The script's `main(argv)` runs in this process (no process of its own to import torch again): any
+    exception but the parser's exit would fail the test, as a traceback would."""
     data = write_jsonl(tmp_path / "mine.jsonl", [{"question": Q, "answer": 8}])
     args = [a.format(data=data, out=tmp_path / "out") for a in command]
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / args[0]), *args[1:], "--model",
-                             str(tmp_path / "no-such-model")], capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert result.returncode == 2, result.stderr
-    assert f"error: {data} row 1 (line 1): no field 'solution' (its fields: 'question', 'answer')" in result.stderr
-    assert "--answer_field" in result.stderr and "Traceback" not in result.stderr
-    assert "no-such-model" not in result.stderr  # the data was checked first
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(args[0].removesuffix(".py")).main([*args[1:], "--model",
+                                                                   str(tmp_path / "no-such-model")])
+    stderr = capsys.readouterr().err
+    assert done.value.code == 2, stderr
+    assert f"error: {data} row 1 (line 1): no field 'solution' (its fields: 'question', 'answer')" in stderr
+    assert "--answer_field" in stderr and "Traceback" not in stderr
+    assert "no-such-model" not in stderr  # the data was checked first

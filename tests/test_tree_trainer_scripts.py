@@ -3,6 +3,7 @@ one clear error on bad input."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -21,20 +22,35 @@ def script(*args, timeout=600):
                           text=True, timeout=timeout, cwd=REPO)
 
 
+def in_process(capsys, monkeypatch, name: str, *args: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `scripts/<name> args` run by its `main(argv)` in this process: for
+    command lines that only print help or refuse their input, which need no process of their own (the
+    smoke runs below start each script as a process). COLUMNS=80 gives argparse the width it has in a
+    process whose output is a pipe."""
+    monkeypatch.setenv("COLUMNS", "80")
+    capsys.readouterr()
+    try:
+        code = importlib.import_module(name.removesuffix(".py")).main(list(args))
+    except SystemExit as done:
+        code = done.code
+    out, err = capsys.readouterr()
+    return 0 if code is None else code, out, err
+
+
 @pytest.mark.parametrize("command", [["train_dpo.py", "online"], ["train_dpo.py", "offline"], ["train_rs_sft.py"],
                                      ["train_reward_model.py"], ["compare_trainers.py"]])
-def test_every_option_is_documented(command):
-    result = script(*command, "--help")
-    assert result.returncode == 0, result.stderr
-    options = set(re.findall(r"^  (--[\w.]+)", result.stdout, flags=re.M))
+def test_every_option_is_documented(command, capsys, monkeypatch):
+    code, stdout, stderr = in_process(capsys, monkeypatch, *command, "--help")
+    assert code == 0, stderr
+    options = set(re.findall(r"^  (--[\w.]+)", stdout, flags=re.M))
     assert len(options) >= 5
-    for block in re.split(r"\n(?=  --)", result.stdout):
+    for block in re.split(r"\n(?=  --)", stdout):
         match = re.match(r"  (--[\w.]+)[^\n]*\n?(.*)", block, flags=re.S)
         if match and match.group(1) != "--help":
             first_line = block.split("\n")[0]
             text = first_line.split("  ", 2)[-1] if first_line.count("  ") > 1 else match.group(2)
             assert text.strip(), f"{command}: {match.group(1)} has no help text"
-    assert "online" in script("train_dpo.py", "--help").stdout
+    assert "online" in in_process(capsys, monkeypatch, "train_dpo.py", "--help")[1]
 
 
 @pytest.fixture(scope="module")
@@ -71,17 +87,19 @@ def test_offline_dpo_and_reward_model_from_a_store(store_and_model):
     assert "8 training pairs" in result.stdout  # 4 trees x (right vs each of 2 wrong) and (folder / "orm" / "scorer.json").is_file()
 
 
-def test_bad_input_is_one_clear_error(store_and_model, tmp_path):
+def test_bad_input_is_one_clear_error(store_and_model, tmp_path, capsys, monkeypatch):
+    """In this process: an exception other than the parser's exit would fail the test (a traceback)."""
     model, _, _ = store_and_model
     (tmp_path / "empty.jsonl").write_text("")
-    result = script("train_reward_model.py", "--model", str(model), "--store", str(tmp_path / "empty.jsonl"),
-                    "--output_dir", str(tmp_path / "x"))
-    assert result.returncode == 2 and "holds no trees" in result.stderr and "Traceback" not in result.stderr
-    result = script("train_dpo.py", "offline", "--model", str(model), "--store", str(tmp_path / "empty.jsonl"),
-                    "--output_dir", str(tmp_path / "x"), "--dpo.loss_type", "hinge")
-    assert result.returncode == 2 and "invalid choice: 'hinge'" in result.stderr
-    result = script("train_rs_sft.py", "--model", str(tmp_path / "none"))
-    assert result.returncode == 2 and "--model: no model folder at" in result.stderr
+    code, _, stderr = in_process(capsys, monkeypatch, "train_reward_model.py", "--model", str(model), "--store",
+                                 str(tmp_path / "empty.jsonl"), "--output_dir", str(tmp_path / "x"))
+    assert code == 2 and "holds no trees" in stderr and "Traceback" not in stderr
+    code, _, stderr = in_process(capsys, monkeypatch, "train_dpo.py", "offline", "--model", str(model), "--store",
+                                 str(tmp_path / "empty.jsonl"), "--output_dir", str(tmp_path / "x"),
+                                 "--dpo.loss_type", "hinge")
+    assert code == 2 and "invalid choice: 'hinge'" in stderr
+    code, _, stderr = in_process(capsys, monkeypatch, "train_rs_sft.py", "--model", str(tmp_path / "none"))
+    assert code == 2 and "--model: no model folder at" in stderr
 
 
 @pytest.mark.slow

@@ -30,11 +30,9 @@ def engine_pids():
 
 
 @pytest.fixture(scope="module")
-def tiny_pair(tiny_model_dir):
-    vl = load_policy(tiny_model_dir, backend="vllm", seed=0, kv_cache_gib=0.25, max_model_len=512)
-    hf = load_policy(tiny_model_dir, backend="hf", seed=0)
-    yield hf, vl
-    vl.close()
+def tiny_pair(tiny_model_dir, tiny_vllm):
+    """The transformers reference and the session's shared vLLM engine (conftest.py) of the tiny model."""
+    return load_policy(tiny_model_dir, backend="hf", seed=0), tiny_vllm
 
 
 def prompts_for(policy, count):
@@ -108,32 +106,37 @@ def test_prefix_cache_hits_are_counted(tiny_pair):
     assert spent.cached_prompt_tokens >= len(long_prompt) // 2, spent
 
 
-def test_weight_sync_matches_transformers_without_restart(tiny_model_dir):
+def test_weight_sync_matches_transformers_without_restart(tiny_model_dir, tiny_pair):
     """Also: the engine's settings (VLLM_ALLOW_INSECURE_SERIALIZATION, OMP_NUM_THREADS for its OpenMP
-    pool) reach the engine process and the weight push, but this process's environment and torch
-    threads are as before after building the engine, generating and pushing weights. (Importing vllm
-    sets a few variables of its own, e.g. TORCHINDUCTOR_CACHE_DIR, and LD_LIBRARY_PATH through cv2: that
-    is the library's import, done here first, not the backend's doing.)"""
-    from vllm import LLM  # noqa: F401
-
+    pool: the shared engine runs with threads=1) reach the engine process and the weight push, but this
+    process's environment and torch threads are as before after generating and pushing weights (and
+    after building an engine: test_a_32k_context_model_loads_on_cpu_without_max_model_len). The engine is
+    the session's shared one: the folder's weights go back into it at the end, and it must then sample
+    what it sampled before the pushes."""
+    _, vl = tiny_pair
     environ, threads = dict(os.environ), torch.get_num_threads()
-    vl = load_policy(tiny_model_dir, backend="vllm", seed=0, kv_cache_gib=0.25, max_model_len=512, threads=1)
-    assert dict(os.environ) == environ and torch.get_num_threads() == threads
     hf = load_policy(tiny_model_dir, backend="hf", seed=0)
     prompts = prompts_for(hf, 8)
-    vl.generate(prompts, GREEDY_32)  # fill the prefix cache with KV of the old weights
+    before = vl.generate(prompts, GREEDY_32)  # also fills the prefix cache with KV of the old weights
     pids = engine_pids()
+    original = {k: v.clone() for k, v in hf.model.state_dict().items()}
     torch.manual_seed(0)
     new = {k: v + 0.1 * torch.randn_like(v) for k, v in hf.model.state_dict().items()}
     hf.load_weights(new)
-    for mode in ("iterator", "folder"):
-        vl.weight_sync = mode
-        vl.load_weights(new)
-        agree, gap = parity(hf, vl, prompts)
-        assert agree == len(prompts) and gap <= 1e-3, (mode, agree, gap)
+    try:
+        for mode in ("iterator", "folder"):
+            vl.weight_sync = mode
+            vl.load_weights(new)
+            agree, gap = parity(hf, vl, prompts)
+            assert agree == len(prompts) and gap <= 1e-3, (mode, agree, gap)
+    finally:
+        vl.weight_sync = "iterator"
+        vl.load_weights(original)
+    after = vl.generate(prompts, GREEDY_32)  # the folder's weights again, for the tests after this one
+    assert [g[0].token_ids for g in after] == [g[0].token_ids for g in before]
+    assert max(abs(p - q) for x, y in zip(after, before) for p, q in zip(x[0].logprobs, y[0].logprobs)) <= 1e-6
     assert engine_pids() == pids  # same engine processes: not restarted
     assert dict(os.environ) == environ and torch.get_num_threads() == threads
-    vl.close()
 
 
 @pytest.mark.slow
@@ -151,9 +154,16 @@ def test_a_32k_context_model_loads_on_cpu_without_max_model_len(tmp_path):
     and vLLM refused every model whose context is longer ("max_num_batched_tokens (16384) is smaller
     than max_model_len (32768)") unless max_model_len was passed. The limit now follows the context."""
     from planner.policy.local_models import build_tiny_llama
+    from vllm import LLM  # noqa: F401 - the library's own import sets a few variables; see below
 
     folder = build_tiny_llama(tmp_path / "long-context", max_position_embeddings=32768, init_std=0.5)
-    vl = load_policy(folder, backend="vllm", seed=0, kv_cache_gib=0.25)
+    # Building an engine leaves this process's environment and torch threads as they were, with the
+    # settings the backend gives the engine process (VLLM_ALLOW_INSECURE_SERIALIZATION; OMP_NUM_THREADS
+    # from threads=1). Importing vllm sets a few variables of its own, e.g. TORCHINDUCTOR_CACHE_DIR, and
+    # LD_LIBRARY_PATH through cv2: that is the library's import, done above first, not the backend's doing.
+    environ, threads = dict(os.environ), torch.get_num_threads()
+    vl = load_policy(folder, backend="vllm", seed=0, kv_cache_gib=0.25, threads=1)
+    assert dict(os.environ) == environ and torch.get_num_threads() == threads
     try:
         assert vl.llm.llm_engine.model_config.max_model_len == 32768
         out = vl.generate(prompts_for(vl, 2), GREEDY_32)
