@@ -38,7 +38,7 @@ def cpu_preset(model: str, output_dir: str, iterations: int) -> TrainConfig:
       trained on; an iteration with no other group makes no update;
     - no KL term and no critic (GRPO reads neither), so no reference model and no value model are built;
     - gradient checkpointing, micro-batches of 1,024 padded tokens and chunked log-probabilities: the
-      update's memory falls to about a quarter of plain float32's (docs/benchmarks.md, "Learner memory");
+      update's memory falls to about a quarter of plain float32's (docs/benchmarks.md, "Learner memory and precision");
     - learning rate 1e-5 (AdamW), in the usual range for fine-tuning a small pretrained LM with GRPO;
     - 2 torch threads: search and update take turns, and each gains from a second core
       (docs/benchmarks.md, "Learner threads").
