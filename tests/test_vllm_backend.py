@@ -141,7 +141,10 @@ def test_weight_sync_matches_transformers_without_restart(tiny_model_dir, tiny_p
 
 @pytest.mark.slow
 def test_smollm2_greedy_parity(smollm2_dir):
-    vl = load_policy(smollm2_dir, backend="vllm", seed=0, kv_cache_gib=0.25, max_model_len=1024)
+    # The engine runs in this process (in_process=True): the parity is the model runner's numerics, the same
+    # in either mode, and an engine-core process of its own takes ~30 s more to start on 2 cores (importing
+    # torch and vllm again). The other engines here run in their own process.
+    vl = load_policy(smollm2_dir, backend="vllm", seed=0, kv_cache_gib=0.25, max_model_len=1024, in_process=True)
     hf = load_policy(smollm2_dir, backend="hf", seed=0, max_batch_size=32)
     questions = [f"What is {i} times {i + 3}? Answer briefly." for i in range(32)]
     agree, gap = parity(hf, vl, [hf.encode_prompt(q) for q in questions])
